@@ -1,0 +1,1 @@
+"""The ``herder`` command line: one group per layer an operator touches."""

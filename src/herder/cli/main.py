@@ -1,0 +1,67 @@
+"""``herder``: the entry point, and the rule that a user's mistake is one clear line.
+
+Every command raises :class:`herder.errors.HerderError` (or click's own usage errors)
+for things the user can fix; :func:`main` turns those into ``error: …`` on stderr and a
+non-zero exit. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from herder import __version__
+from herder.errors import HerderError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="herder")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="WARNING",
+    show_default=True,
+    envvar="HERDER_LOG_LEVEL",
+    help="Logging threshold for messages written to stderr.",
+)
+def cli(log_level: str) -> None:
+    """herder: Kafka Connect's distributed mode on a Zab ensemble, pipelines on Spark."""
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _register_commands() -> None:
+    """Attach each layer's command group (imported here to keep start-up cheap)."""
+    import importlib
+
+    for module_name, attr in COMMAND_GROUPS:
+        module = importlib.import_module(module_name)
+        cli.add_command(getattr(module, attr))
+
+
+#: (module, click group attribute) for each command group; later layers append here.
+COMMAND_GROUPS: list[tuple[str, str]] = []
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register_commands()
+    try:
+        cli.main(args=argv, prog_name="herder", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except HerderError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,258 @@
+"""One exception tree for all of herder, each error with a stable code.
+
+Codes travel on the wire as integers. Where Kafka has an error with the same meaning we
+use Kafka's name *and* number, so people (and tools) that know Kafka read them at once;
+herder's own errors are numbered from 1000.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    NONE = 0
+    UNKNOWN_SERVER_ERROR = -1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    OFFSET_METADATA_TOO_LARGE = 12
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_CONFIG = 40
+    INVALID_REQUEST = 42
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED = 90  # Kafka's PRODUCER_FENCED: a newer incarnation holds the epoch
+    # herder's own
+    CHECK_FAILED = 1000
+    SESSION_EXPIRED = 1001
+    UNKNOWN_SESSION = 1002
+    UNKNOWN_LOG = 1003
+    LOG_ALREADY_EXISTS = 1004
+    NOT_LEADER = 1005
+    CORRUPT_STORAGE = 1006
+    STORAGE_LOCKED = 1007
+    MALFORMED_FRAME = 1008
+    FRAME_TOO_LARGE = 1009
+    CONNECTION_CLOSED = 1010
+    UNKNOWN_API = 1011
+    NOT_SUPPORTED = 1012
+    SERVER_STOPPING = 1013
+
+
+class HerderError(Exception):
+    """Root of herder's errors. ``code`` is stable and goes over the wire."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+    #: whether the same request may succeed if simply tried again later
+    retriable: bool = False
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.code.name)
+        self.message = message or self.code.name
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # the first class declared for a code is the one a peer's code turns into
+        _BY_CODE.setdefault(cls.code, cls)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+_BY_CODE: dict[ErrorCode, type[HerderError]] = {ErrorCode.UNKNOWN_SERVER_ERROR: HerderError}
+
+
+class RetriableError(HerderError):
+    """The same request may succeed later (after a rediscovery, a rebalance, a backoff)."""
+
+    retriable = True
+
+
+class ProtocolError(HerderError):
+    """The peer broke the wire protocol (bad frame, unknown api, wrong version)."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class ConfigError(HerderError):
+    """A configuration is invalid; the message names the key and why."""
+
+    code = ErrorCode.INVALID_CONFIG
+
+
+class CorruptMessage(ProtocolError):
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class UnknownTopicOrPartition(HerderError):
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class NotLeaderOrFollower(RetriableError):
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+class RequestTimedOut(RetriableError):
+    code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class OffsetMetadataTooLarge(HerderError):
+    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+
+
+class NetworkError(RetriableError):
+    code = ErrorCode.NETWORK_EXCEPTION
+
+
+class CoordinatorLoadInProgress(RetriableError):
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
+class CoordinatorNotAvailable(RetriableError):
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+class NotCoordinator(RetriableError):
+    code = ErrorCode.NOT_COORDINATOR
+
+
+class IllegalGeneration(HerderError):
+    code = ErrorCode.ILLEGAL_GENERATION
+
+
+class InconsistentGroupProtocol(HerderError):
+    code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+class InvalidGroupId(HerderError):
+    code = ErrorCode.INVALID_GROUP_ID
+
+
+class UnknownMemberId(HerderError):
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class InvalidSessionTimeout(HerderError):
+    code = ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+class RebalanceInProgress(HerderError):
+    code = ErrorCode.REBALANCE_IN_PROGRESS
+
+
+class InvalidCommitOffsetSize(HerderError):
+    code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+
+
+class UnsupportedVersion(ProtocolError):
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class TopicAlreadyExists(HerderError):
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+class InvalidPartitions(HerderError):
+    code = ErrorCode.INVALID_PARTITIONS
+
+
+class NonEmptyGroup(HerderError):
+    code = ErrorCode.NON_EMPTY_GROUP
+
+
+class GroupIdNotFound(HerderError):
+    code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class MemberIdRequired(HerderError):
+    code = ErrorCode.MEMBER_ID_REQUIRED
+
+
+class GroupMaxSizeReached(HerderError):
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+class Fenced(HerderError):
+    code = ErrorCode.FENCED
+
+
+class CheckFailed(HerderError):
+    code = ErrorCode.CHECK_FAILED
+
+
+class SessionExpired(HerderError):
+    code = ErrorCode.SESSION_EXPIRED
+
+
+class UnknownSession(HerderError):
+    code = ErrorCode.UNKNOWN_SESSION
+
+
+class UnknownLog(HerderError):
+    code = ErrorCode.UNKNOWN_LOG
+
+
+class LogAlreadyExists(HerderError):
+    code = ErrorCode.LOG_ALREADY_EXISTS
+
+
+class NotLeader(RetriableError):
+    code = ErrorCode.NOT_LEADER
+
+
+class CorruptStorage(HerderError):
+    code = ErrorCode.CORRUPT_STORAGE
+
+
+class StorageLocked(HerderError):
+    code = ErrorCode.STORAGE_LOCKED
+
+
+class MalformedFrame(ProtocolError):
+    code = ErrorCode.MALFORMED_FRAME
+
+
+class FrameTooLarge(ProtocolError):
+    code = ErrorCode.FRAME_TOO_LARGE
+
+
+class ConnectionClosed(RetriableError):
+    code = ErrorCode.CONNECTION_CLOSED
+
+
+class UnknownApi(ProtocolError):
+    code = ErrorCode.UNKNOWN_API
+
+
+class NotSupported(HerderError):
+    code = ErrorCode.NOT_SUPPORTED
+
+
+class ServerStopping(RetriableError):
+    code = ErrorCode.SERVER_STOPPING
+
+
+def error_from_code(code: int, message: str = "") -> HerderError:
+    """The exception a peer meant by ``code`` (an unknown code stays a plain HerderError)."""
+    try:
+        ec = ErrorCode(code)
+    except ValueError:
+        return HerderError(message or f"error code {code}")
+    return _BY_CODE.get(ec, HerderError)(message or ec.name)

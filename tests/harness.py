@@ -1,0 +1,172 @@
+"""Real herder processes for integration tests.
+
+``processes`` starts ``herder …`` (or any command) as a child process bound to
+127.0.0.1, waits until a readiness check passes (polling, never sleeping blindly),
+and at the end of the test stops every process it started by PID — SIGTERM, then
+SIGKILL — even when the test failed. If the test failed, each process's output is
+printed so the reason is in the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+HERDER = [sys.executable, "-m", "herder"]
+
+
+def free_port() -> int:
+    """A port that was free on 127.0.0.1 a moment ago (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(
+    condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.05, what: str = ""
+) -> object:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except Exception as exc:  # the thing polled may not be up yet
+            last_exc = exc
+        else:
+            if value:
+                return value
+        time.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what or condition}"
+        + (f" (last error: {last_exc!r})" if last_exc else "")
+    )
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
+        return True
+    return False
+
+
+class Proc:
+    """One child process with its output captured to a file."""
+
+    def __init__(self, name: str, args: list[str], log_path: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.args = args
+        self.log_path = log_path
+        self.env = env
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.popen = subprocess.Popen(
+            args,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+
+    def kill9(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.alive():
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.popen.wait(timeout=10)
+        self._log.close()
+        return self.popen.returncode
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+class Processes:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[Proc] = []
+
+    def start(
+        self,
+        args: list[str],
+        *,
+        name: str = "herder",
+        ready: Callable[[], object] | None = None,
+        timeout: float = 60.0,
+        env: dict[str, str] | None = None,
+    ) -> Proc:
+        """Start ``args`` (prefix with :data:`HERDER` for the CLI) and wait until ready."""
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        index = sum(1 for p in self.started if p.name == name)
+        log_path = self.tmp_path / f"{name}-{index}.log"
+        proc = Proc(name, args, log_path, full_env)
+        self.started.append(proc)
+        if ready is not None:
+
+            def check() -> object:
+                if not proc.alive():
+                    raise AssertionError(
+                        f"{name} exited with {proc.popen.returncode}:\n{proc.output()}"
+                    )
+                return ready()
+
+            wait_until(check, timeout=timeout, what=f"{name} to be ready")
+        return proc
+
+    def restart(self, proc: Proc, ready: Callable[[], object] | None = None) -> Proc:
+        proc.stop()
+        return self.start(proc.args, name=proc.name, ready=ready, env=proc.env)
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.started):
+            proc.stop()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+@pytest.fixture
+def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Processes]:
+    procs = Processes(tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
+        failed = any(
+            getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
+            for when in ("setup", "call")
+        )
+        if failed:
+            for proc in procs.started:
+                sys.stderr.write(f"\n----- output of {proc.name} (pid {proc.pid}) -----\n")
+                sys.stderr.write(proc.output()[-20000:])
