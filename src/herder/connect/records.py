@@ -1,0 +1,125 @@
+"""What flows through connectors: source records and batches, and topic partitions.
+
+A source task hands the runtime either :class:`SourceRecord` objects (convenient for
+sources that produce rows one at a time) or a :class:`SourceBatch`, a Spark DataFrame
+together with the source offsets it reaches (the fast path for sources that can
+describe their input to Spark). Sink tasks receive DataFrames, never Python records.
+
+Source partitions and offsets are JSON-able dicts, exactly as in Kafka Connect: the
+partition names a stream in the source system (``{"filename": "/var/log/app.log"}``),
+the offset says how far into it a record is (``{"position": 4096}``). The runtime stores
+the latest offset per partition and gives it back to the next task incarnation through
+:attr:`~herder.connect.SourceTaskContext.offset_reader`, so use values that survive a
+JSON round trip (str, int, float, bool, None, lists and dicts of them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "SINK_COLUMNS",
+    "SOURCE_BATCH_COLUMNS",
+    "Header",
+    "SourceBatch",
+    "SourceOffset",
+    "SourcePartition",
+    "SourceRecord",
+    "TopicPartition",
+]
+
+#: Names a stream in the source system, e.g. ``{"filename": "/var/log/app.log"}``.
+SourcePartition: TypeAlias = dict[str, Any]
+#: A position in a source partition, e.g. ``{"position": 4096}``.
+SourceOffset: TypeAlias = dict[str, Any]
+#: One record header: a name and its value. Names may repeat, as in Kafka.
+Header: TypeAlias = tuple[str, bytes | str | None]
+
+#: Columns a :class:`SourceBatch` DataFrame may have. They follow Spark's own Kafka
+#: sink: ``value`` (string or binary) is required; ``key`` (string or binary),
+#: ``topic`` (string; required unless the batch names one), ``partition`` (int),
+#: ``headers`` (array<struct<key: string, value: binary>>) and ``timestamp``
+#: (timestamp) are optional.
+SOURCE_BATCH_COLUMNS: Final = ("topic", "partition", "key", "value", "headers", "timestamp")
+
+#: Columns of the DataFrame :meth:`~herder.connect.SinkTask.put` receives, as Spark's
+#: Kafka source has them: ``topic``, ``partition`` and ``offset`` locate each record,
+#: then its ``timestamp``, ``key``, ``value`` and ``headers`` as the source wrote them.
+SINK_COLUMNS: Final = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class TopicPartition:
+    """One partition of a topic. Hashable and ordered, so it can key offsets maps."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(slots=True)
+class SourceRecord:
+    """One record read from a source system, to be written to ``topic``.
+
+    ``source_partition`` and ``source_offset`` say where it came from: once the record
+    is committed to the topic, ``source_offset`` is what a restarted task reads back for
+    ``source_partition``. Leave ``partition`` as None to let the runtime pick one from
+    the key, and ``timestamp_ms`` as None to stamp the record when it is written.
+
+    Sources may produce millions of these, so the class is kept lean (slots, no
+    validation); the runtime checks types when it turns a poll's records into a batch.
+    """
+
+    source_partition: SourcePartition
+    source_offset: SourceOffset
+    topic: str
+    value: bytes | str | None
+    _: KW_ONLY
+    key: bytes | str | None = None
+    partition: int | None = None
+    headers: Sequence[Header] = ()
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceBatch:
+    """A DataFrame of records for the runtime to write, and the source offsets it reaches.
+
+    Return one from :meth:`~herder.connect.SourceTask.poll` when the source can describe
+    its input to Spark (a byte range of a file, a set of files, a key range of a table):
+    the records never pass through Python, and Spark executors read in parallel.
+
+    ``offsets`` must be planned *before* the job runs, from what the DataFrame covers
+    (``[({"filename": f}, {"position": end_of_range})]``): the runtime commits them in
+    the same transaction as the records, so a batch is written exactly once or not at
+    all. Each source partition may appear once, and partitions and offsets must be
+    JSON-able (TypeError otherwise). ``topic`` names the destination for
+    every row; leave it None when the DataFrame has a ``topic`` column. The DataFrame's
+    columns are described by :data:`SOURCE_BATCH_COLUMNS`.
+    """
+
+    data: DataFrame
+    offsets: Sequence[tuple[SourcePartition, SourceOffset]]
+    topic: str | None = None
+
+    def __post_init__(self) -> None:
+        # Checked here, where the author's code is on the stack, rather than when the
+        # runtime commits the offsets; a canonical JSON form makes dict partitions
+        # comparable in a set.
+        seen: set[str] = set()
+        for partition, offset in self.offsets:
+            if not isinstance(partition, dict) or not isinstance(offset, dict):
+                raise TypeError("SourceBatch offsets are (partition dict, offset dict) pairs")
+            canonical = json.dumps(partition, sort_keys=True)
+            json.dumps(offset)
+            if canonical in seen:
+                raise ValueError(f"source partition {partition} appears twice in a SourceBatch")
+            seen.add(canonical)

@@ -1,0 +1,123 @@
+"""Sink tasks: receive records from topics as DataFrames and write them out.
+
+Each sink connector is a consumer group (``connect-<name>``); its tasks share the
+partitions of the subscribed topics. The runtime reads the records after each
+partition's committed offset, hands them to :meth:`SinkTask.put` as one Spark DataFrame,
+and commits offsets once :meth:`SinkTask.pre_commit` says the data is safely written.
+That is at-least-once delivery; a sink that makes its writes idempotent, or stores its
+position next to the data and reports it back with :meth:`SinkTaskContext.offset`, gets
+exactly-once.
+
+Offsets here follow Kafka's commit convention: the offset of the *next* record to read
+in a partition, one past the last record written.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Final
+
+from herder.connect.records import TopicPartition
+from herder.connect.task import Task
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["SinkTask", "SinkTaskContext"]
+
+
+class SinkTaskContext(ABC):
+    """The runtime, as a running sink task sees it. Available as ``SinkTask.context``.
+
+    Call these from the task's own methods (on the runtime's thread), not from threads
+    of your own.
+    """
+
+    @property
+    @abstractmethod
+    def configs(self) -> Mapping[str, str]:
+        """The task's config, as passed to :meth:`SinkTask.start`."""
+
+    @abstractmethod
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions this task currently owns."""
+
+    @abstractmethod
+    def offset(self, partition: TopicPartition, offset: int) -> None:
+        """Resume ``partition`` at ``offset`` instead of at its committed offset.
+
+        For sinks that store their position in the destination: call it from
+        :meth:`SinkTask.open` with the offset after the last record you stored.
+        """
+
+    @abstractmethod
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop delivering records of these partitions (the destination is busy)."""
+
+    @abstractmethod
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Deliver records of these paused partitions again."""
+
+    @abstractmethod
+    def paused(self) -> frozenset[TopicPartition]:
+        """The partitions currently paused by this task."""
+
+    @abstractmethod
+    def request_commit(self) -> None:
+        """Commit offsets soon, without waiting for ``offset.flush.interval.ms``."""
+
+
+class SinkTask(Task):
+    """Writes one share of a sink connector's partitions to the destination.
+
+    Lifecycle: :meth:`initialize`, :meth:`start`, :meth:`open` with the first assigned
+    partitions, then :meth:`put` for every batch read and :meth:`pre_commit` before
+    each offset commit; on every rebalance :meth:`close` for the partitions taken away
+    and :meth:`open` for the new ones; finally :meth:`close` and :meth:`stop`.
+    """
+
+    #: The config key through which tasks receive their subscribed topics.
+    TOPICS_CONFIG: Final = "topics"
+
+    context: SinkTaskContext
+
+    def initialize(self, context: SinkTaskContext) -> None:
+        """Receive the runtime's context before :meth:`start`; override only to extend."""
+        self.context = context
+
+    def open(self, partitions: Collection[TopicPartition]) -> None:
+        """These partitions are now this task's: set up writers for them.
+
+        Sinks that keep their position in the destination look it up here and report it
+        with :meth:`SinkTaskContext.offset`. The default does nothing.
+        """
+
+    @abstractmethod
+    def put(self, df: DataFrame) -> None:
+        """Write a batch of records, one row each; columns are
+        :data:`~herder.connect.records.SINK_COLUMNS`.
+
+        Writing may be asynchronous: the records need to be durable only when
+        :meth:`flush` returns. Raising fails the task; raise a
+        :class:`herder.errors.RetriableError` to have the same batch put again.
+        """
+
+    def flush(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Make everything put so far durable; ``offsets`` is how far that reaches."""
+
+    def pre_commit(self, offsets: Mapping[TopicPartition, int]) -> Mapping[TopicPartition, int]:
+        """The offsets that are safe to commit now, given how far :meth:`put` has got.
+
+        The default flushes and returns ``offsets`` unchanged. A sink that writes
+        asynchronously returns less, the offsets up to which its writes are durable; an
+        empty mapping commits nothing this time.
+        """
+        self.flush(offsets)
+        return offsets
+
+    def close(self, partitions: Collection[TopicPartition]) -> None:
+        """These partitions are no longer this task's: close their writers.
+
+        Called after their last offset commit. The default does nothing.
+        """

@@ -1,0 +1,175 @@
+"""Finding connector classes: installed plugins, dotted names and Connect's short aliases.
+
+Packages make connectors known to workers through the ``herder.connectors`` entry-point
+group, the Python form of Connect's ``plugin.path``::
+
+    [project.entry-points."herder.connectors"]
+    file-source = "mypkg.file:FileStreamSourceConnector"
+
+A connector config's ``connector.class`` then names one of them by its full dotted name
+(``mypkg.file.FileStreamSourceConnector``), by its class name
+(``FileStreamSourceConnector``) or by that name without the ``Connector`` suffix
+(``FileStreamSource``), as Connect allows. Any other dotted name is imported, so a
+connector can also live in a module that is merely importable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from herder.connect import UNDEFINED_VERSION, Connector, ConnectorType
+from herder.errors import ConfigError, HerderError
+
+__all__ = ["ENTRY_POINT_GROUP", "PluginInfo", "Plugins", "class_name"]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP: Final = "herder.connectors"
+_SUFFIX: Final = "Connector"
+
+
+def class_name(klass: type) -> str:
+    """The full dotted name of a class, as ``connector.class`` and the REST API spell it."""
+    return f"{klass.__module__}.{klass.__qualname__}"
+
+
+@dataclass(frozen=True, slots=True)
+class PluginInfo:
+    """One connector plugin, as ``GET /connector-plugins`` lists it."""
+
+    class_name: str
+    type: ConnectorType
+    version: str
+
+    def to_json(self) -> dict[str, str]:
+        """Connect's ``PluginInfo`` body: ``class``, ``type`` and ``version``."""
+        return {"class": self.class_name, "type": self.type.value, "version": self.version}
+
+
+class Plugins:
+    """The connector classes a worker knows, and how names in configs resolve to them."""
+
+    def __init__(self, connectors: Iterable[type[Connector]] = ()) -> None:
+        self._by_name: dict[str, type[Connector]] = {}
+        for klass in connectors:
+            self._by_name[class_name(klass)] = _as_connector(klass, class_name(klass))
+
+    @classmethod
+    def discover(cls, extra: Iterable[type[Connector]] = ()) -> Plugins:
+        """Every connector installed under the ``herder.connectors`` entry points, plus ``extra``.
+
+        An entry point that fails to load, or names something that is not a usable
+        connector, is logged and skipped: one broken package must not keep a worker
+        from running every other connector.
+        """
+        found: list[type[Connector]] = list(extra)
+        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                found.append(_as_connector(entry_point.load(), entry_point.value))
+            except Exception as exc:
+                log.warning(
+                    "Skipping connector plugin %s = %s: %s",
+                    entry_point.name,
+                    entry_point.value,
+                    exc,
+                )
+        return cls(found)
+
+    def connector_class(self, name: str) -> type[Connector]:
+        """The connector class ``name`` refers to: a full name, an alias or a dotted path.
+
+        Raises ConfigError when nothing matches, or when an alias matches more than one
+        plugin (the message lists them, so the user can pick a full name).
+        """
+        known = self._by_name.get(name)
+        if known is not None:
+            return known
+        matches = [
+            klass for klass in self._by_name.values() if klass.__name__ in (name, name + _SUFFIX)
+        ]
+        if len(matches) > 1:
+            candidates = ", ".join(sorted(class_name(k) for k in matches))
+            raise ConfigError(
+                f"More than one connector matches alias {name}. Please use full package and "
+                f"class name instead. Classes found: {candidates}"
+            )
+        if matches:
+            return matches[0]
+        imported = _import_class(name)
+        if imported is None:
+            available = ", ".join(sorted(self._by_name)) or "none"
+            raise ConfigError(
+                f"Failed to find any class that implements Connector and which name matches "
+                f"{name}, available connectors are: {available}"
+            )
+        return _as_connector(imported, name)
+
+    def new_connector(self, name: str) -> Connector:
+        """A fresh instance of the connector class ``name`` refers to."""
+        klass = self.connector_class(name)
+        try:
+            return klass()
+        except Exception as exc:
+            raise HerderError(
+                f"Failed to create an instance of connector {class_name(klass)}: {exc}"
+            ) from exc
+
+    def connector_plugins(self) -> list[PluginInfo]:
+        """Every known connector, sorted by class name, with its type and version."""
+        return [
+            PluginInfo(name, ConnectorType.of(klass), _version(klass))
+            for name, klass in sorted(self._by_name.items())
+        ]
+
+
+def _as_connector(obj: object, name: str) -> type[Connector]:
+    """``obj`` if it is a concrete source or sink connector class, else ConfigError."""
+    if not (isinstance(obj, type) and issubclass(obj, Connector)):
+        raise ConfigError(
+            f"{name} is not a connector: it must be a subclass of "
+            "herder.connect.SourceConnector or herder.connect.SinkConnector"
+        )
+    if ConnectorType.of(obj) is ConnectorType.UNKNOWN:
+        raise ConfigError(
+            f"{name} must extend herder.connect.SourceConnector or "
+            "herder.connect.SinkConnector, not Connector directly"
+        )
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
+        raise ConfigError(f"{name} is abstract: it does not implement {missing}")
+    return obj
+
+
+def _import_class(name: str) -> object | None:
+    """What the dotted ``name`` refers to, or None if it does not import."""
+    module_name, _, attribute = name.rpartition(".")
+    if not module_name:
+        return None
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only a missing module *on the path to* the class means "no such class"; a
+        # module that exists but lacks one of its own dependencies is the user's problem
+        # to see, not to have hidden behind "not found".
+        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
+            return None
+        raise ConfigError(f"Failed to import {module_name} for connector {name}: {exc}") from exc
+    except Exception as exc:
+        raise ConfigError(f"Failed to import {module_name} for connector {name}: {exc}") from exc
+    return getattr(module, attribute, None)
+
+
+def _version(klass: type[Connector]) -> str:
+    # Connect instantiates plugins to ask their version too; a plugin that fails to
+    # construct still gets listed, since that is where a user looks to debug it.
+    try:
+        return str(klass().version())
+    except Exception as exc:
+        log.warning("Connector %s failed to report its version: %s", class_name(klass), exc)
+        return UNDEFINED_VERSION
