@@ -45,7 +45,10 @@ def _register_commands() -> None:
 
 
 #: (module, click group attribute) for each command group; later layers append here.
-COMMAND_GROUPS: list[tuple[str, str]] = []
+COMMAND_GROUPS: list[tuple[str, str]] = [
+    ("herder.cli.ensemble", "ensemble"),
+    ("herder.cli.logs", "logs"),
+]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -222,12 +222,14 @@ class WireServer:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_in_flight: int = 4096,
         max_connections: int = 0,
+        max_connections_per_host: int = 0,
     ) -> None:
         self.registry = registry
         self.name = name
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight = max_in_flight
         self.max_connections = max_connections
+        self.max_connections_per_host = max_connections_per_host
         self.connections: dict[int, Connection] = {}
         self._handlers: dict[int, Handler] = {API_VERSIONS.key: self._api_versions}
         self._server: asyncio.Server | None = None
@@ -260,6 +262,11 @@ class WireServer:
     def _admit(self, conn: Connection) -> bool:
         if self.max_connections and len(self.connections) >= self.max_connections:
             return False
+        if self.max_connections_per_host:
+            host = conn.peer.rpartition(":")[0]
+            same = sum(1 for c in self.connections.values() if c.peer.rpartition(":")[0] == host)
+            if same >= self.max_connections_per_host:
+                return False
         self.connections[conn.id] = conn
         return True
 

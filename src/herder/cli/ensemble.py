@@ -1,0 +1,99 @@
+"""``herder ensemble``: run an ensemble server, and see how the ensemble is doing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from herder.cli.output import bootstrap_option, json_option, print_json, print_table
+from herder.ensemble.client import parse_bootstrap, server_status
+from herder.ensemble.config import EnsembleConfig
+from herder.ensemble.txn import format_zxid
+from herder.errors import HerderError
+
+
+@click.group()
+def ensemble() -> None:
+    """Run ensemble servers and inspect the ensemble."""
+
+
+@ensemble.command()
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="ensemble.properties with ZooKeeper's names (dataDir, clientPort, server.N …).",
+)
+def start(config_path: Path) -> None:
+    """Run one ensemble server until SIGTERM."""
+    from herder.ensemble.server import run_server
+
+    config = EnsembleConfig.from_file(config_path)
+    asyncio.run(run_server(config))
+
+
+@ensemble.command()
+@bootstrap_option
+@json_option
+def status(bootstrap: str, as_json: bool) -> None:
+    """A row per server: id, role, epoch, last and committed zxid."""
+    rows = asyncio.run(_statuses(bootstrap))
+    if as_json:
+        print_json(rows)
+        return
+    print_table(
+        None,
+        ["server", "address", "role", "epoch", "last zxid", "committed zxid", "sessions", "logs"],
+        [
+            [
+                r.get("server_id", "?"),
+                r["address"],
+                r.get("role", f"unreachable: {r.get('error', '')}"),
+                r.get("epoch", ""),
+                _zxid(r.get("last_zxid")),
+                _zxid(r.get("committed_zxid")),
+                r.get("sessions", ""),
+                r.get("logs", ""),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _zxid(value: object) -> str:
+    return format_zxid(value) if isinstance(value, int) else ""
+
+
+async def _statuses(bootstrap: str) -> list[dict[str, object]]:
+    addresses = [f"{h}:{p}" for h, p in parse_bootstrap(bootstrap)]
+    seen: dict[str, dict[str, object]] = {}
+    queue = list(addresses)
+    while queue:
+        address = queue.pop(0)
+        if address in seen:
+            continue
+        try:
+            st = await server_status(address)
+        except HerderError as exc:
+            seen[address] = {"address": address, "error": str(exc)}
+            continue
+        seen[address] = {
+            "address": address,
+            "server_id": st.server_id,
+            "role": st.role,
+            "epoch": st.epoch,
+            "last_zxid": st.last_zxid,
+            "committed_zxid": st.committed_zxid,
+            "sessions": st.sessions,
+            "logs": st.logs,
+            "outstanding_requests": st.outstanding_requests,
+            "learners": st.learners,
+        }
+        # every server knows every other's client address: show the whole ensemble
+        queue.extend(p.client_address for p in st.peers if p.client_address)
+    if all("error" in r for r in seen.values()):
+        raise HerderError(f"no ensemble server answered at {bootstrap}")
+    return sorted(seen.values(), key=lambda r: (r.get("server_id", 1 << 30), r["address"]))

@@ -1,0 +1,1 @@
+"""The ensemble: a Zab-replicated, durable log of transactions and the state machine they build."""

@@ -1,0 +1,120 @@
+"""Group commit for asyncio: many appends, one fsync, no fsync on the event loop.
+
+A Zab peer may ACK a proposal only once it is on disk, and an fsync takes milliseconds.
+Syncing each proposal on its own would cap the ensemble at a few hundred writes a second
+and block the loop. Instead :class:`GroupCommitter` keeps at most one fsync running, in
+a worker thread; every record appended while it runs waits for the next one, which then
+covers them all. Under load the batches grow by themselves, and an idle log syncs a
+lone record at once.
+
+If an fsync fails, the durable state of the log is unknown (after a failed fsync the
+kernel may have dropped the dirty pages), so the committer fails every waiter and every
+later call with that error: the server must stop and recover from disk, as PostgreSQL
+and etcd do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
+
+
+class SyncableLog(Protocol):
+    """What the committer needs: :class:`~herder.ensemble.storage.store.Storage` fits."""
+
+    @property
+    def last_zxid(self) -> int: ...
+
+    @property
+    def durable_zxid(self) -> int: ...
+
+    def append(self, zxid: int, payload: bytes) -> None: ...
+
+    def sync(self) -> int: ...
+
+
+class GroupCommitter:
+    """Appends to a log from the event loop and resolves futures as fsyncs complete."""
+
+    def __init__(self, log: SyncableLog) -> None:
+        self._log = log
+        self._waiters: list[tuple[int, int, asyncio.Future[int]]] = []
+        self._order = itertools.count()
+        self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        #: fsync rounds run so far (each covers every record appended before it started)
+        self.syncs = 0
+
+    def append(self, zxid: int, payload: bytes) -> asyncio.Future[int]:
+        """Append now; the returned future resolves (to the durable zxid) once synced.
+
+        The append itself is synchronous, so records reach the log in call order even if
+        the caller awaits the future later, or never.
+        """
+        if self._failure is not None:
+            raise self._failure
+        self._log.append(zxid, payload)
+        return self.durable(zxid)
+
+    def durable(self, zxid: int) -> asyncio.Future[int]:
+        """A future resolving once ``zxid`` (appended now or later) is durable.
+
+        Each caller gets its own future, so cancelling one wait cancels nothing else.
+        """
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if self._failure is not None:
+            future.set_exception(self._failure)
+        elif zxid <= self._log.durable_zxid:
+            future.set_result(self._log.durable_zxid)
+        else:
+            heapq.heappush(self._waiters, (zxid, next(self._order), future))
+            self._start()
+        return future
+
+    async def flush(self) -> int:
+        """Wait until everything appended so far is durable; return the durable zxid."""
+        return await self.durable(self._log.last_zxid)
+
+    def _start(self) -> None:
+        if self._task is None and self._log.last_zxid > self._log.durable_zxid:
+            self._task = asyncio.get_running_loop().create_task(self._sync_until_idle())
+
+    async def _sync_until_idle(self) -> None:
+        try:
+            # checked and left without an await in between, so no append is ever stranded
+            while self._log.last_zxid > self._log.durable_zxid:
+                durable = await asyncio.to_thread(self._log.sync)
+                self.syncs += 1
+                self._wake(durable)
+        except asyncio.CancelledError:
+            for _, _, future in self._waiters:
+                future.cancel()
+            self._waiters.clear()
+            raise
+        except Exception as exc:
+            logger.error(
+                "fsync of the transaction log failed; no more writes are accepted: %s", exc
+            )
+            self._failure = exc
+            for _, _, future in self._waiters:
+                if not future.done():
+                    future.set_exception(exc)
+            self._waiters.clear()
+        finally:
+            self._task = None
+
+    def _wake(self, durable: int) -> None:
+        while self._waiters and self._waiters[0][0] <= durable:
+            future = heapq.heappop(self._waiters)[2]
+            if not future.done():
+                future.set_result(durable)
+
+    async def close(self) -> None:
+        """Wait for the fsync in flight (and any it leads to) to finish."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
