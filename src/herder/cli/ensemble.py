@@ -29,10 +29,15 @@ def ensemble() -> None:
 )
 def start(config_path: Path) -> None:
     """Run one ensemble server until SIGTERM."""
+    from herder.config import load_properties, resolve
+    from herder.coordinator.config import CoordinatorConfig
+    from herder.coordinator.service import CoordinatorService
     from herder.ensemble.server import run_server
 
-    config = EnsembleConfig.from_file(config_path)
-    asyncio.run(run_server(config))
+    props = resolve(load_properties(config_path))
+    config = EnsembleConfig.from_properties(props)
+    coordinator = CoordinatorService(CoordinatorConfig.from_properties(props))
+    asyncio.run(run_server(config, services=[coordinator]))
 
 
 @ensemble.command()

@@ -1,0 +1,325 @@
+"""A group's state (the seed's GroupMetadata): members, generation, leader, protocol.
+
+The group is a plain object with no notion of requests, time passing or storage; the
+coordinator drives it. What it guards is the state machine: only the seed's
+transitions are legal, and any other raises :class:`IllegalGroupTransition`, because
+it means the coordinator has a bug, and carrying on would hand two members the same
+partitions.
+
+* Empty → PreparingRebalance: a member joins;
+* PreparingRebalance → CompletingRebalance: every member rejoined (or the rebalance
+  timed out) and at least one is left; → Empty: none is left;
+* CompletingRebalance → Stable: the leader's assignment is stored;
+* CompletingRebalance or Stable → PreparingRebalance: a member joins, changes its
+  metadata, leaves, expires or never syncs, or the leader rejoins;
+* any state → Dead: the group is unloaded, deleted or expired.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+
+from herder.coordinator.member import Member
+from herder.coordinator.messages import (
+    DescribedGroup,
+    DescribedMember,
+    JoinGroupMember,
+    JoinGroupResponse,
+    ListedGroup,
+)
+from herder.coordinator.offsets import GroupOffsets
+from herder.coordinator.records import GroupRecord
+from herder.coordinator.timers import Timer
+from herder.errors import HerderError
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    #: the seed's AwaitingSync: joined, waiting for the leader's assignment
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+_VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.DEAD: frozenset(GroupState),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
+    ),
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+}
+
+
+class IllegalGroupTransition(HerderError):
+    """The coordinator tried a transition the group state machine forbids (a bug)."""
+
+
+class Group:
+    """One group's membership and generation, plus its offsets and delayed operations.
+
+    ``pending_members`` are ids handed out with MEMBER_ID_REQUIRED whose owners have not
+    rejoined yet; each has a timer that forgets it at its session timeout.
+    ``pending_sync`` are the members of the current generation that have not sent
+    SyncGroup yet. ``join_timer`` is the group's delayed join, ``sync_timer`` the
+    deadline for the pending syncs.
+    """
+
+    def __init__(self, group_id: str, now_ms: int) -> None:
+        self.group_id = group_id
+        self._state = GroupState.EMPTY
+        #: when the group entered its current state (offset retention counts from Empty)
+        self.state_timestamp_ms = now_ms
+        self.protocol_type: str | None = None
+        self.protocol: str | None = None
+        self.generation_id = 0
+        self.leader_id: str | None = None
+        self._members: dict[str, Member] = {}
+        self.pending_members: dict[str, Timer] = {}
+        self.pending_sync: set[str] = set()
+        self.offsets = GroupOffsets()
+        self.join_timer: Timer | None = None
+        self.sync_timer: Timer | None = None
+        #: while set, the delayed join waits out group.initial.rebalance.delay.ms
+        self.initial_delay_active = False
+        #: whether a member arrived during the initial rebalance delay (which then extends)
+        self.new_member_added = False
+
+    def __repr__(self) -> str:
+        return (
+            f"Group({self.group_id!r}, {self._state.value}, generation={self.generation_id}, "
+            f"members={list(self._members)})"
+        )
+
+    # -- state ---------------------------------------------------------------------
+
+    @property
+    def state(self) -> GroupState:
+        return self._state
+
+    def is_in(self, *states: GroupState) -> bool:
+        return self._state in states
+
+    @property
+    def can_rebalance(self) -> bool:
+        return self._state in _VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
+
+    def transition_to(self, target: GroupState, now_ms: int) -> None:
+        if self._state not in _VALID_PREVIOUS[target]:
+            raise IllegalGroupTransition(
+                f"group {self.group_id}: cannot move from {self._state.value} to {target.value}"
+            )
+        self._state = target
+        self.state_timestamp_ms = now_ms
+
+    # -- members -------------------------------------------------------------------
+
+    def has(self, member_id: str) -> bool:
+        return member_id in self._members
+
+    def get(self, member_id: str) -> Member:
+        return self._members[member_id]
+
+    @property
+    def members(self) -> list[Member]:
+        return list(self._members.values())
+
+    @property
+    def member_ids(self) -> list[str]:
+        return list(self._members)
+
+    @property
+    def size(self) -> int:
+        """Members plus ids given out and not yet used: what ``group.max.size`` bounds."""
+        return len(self._members) + len(self.pending_members)
+
+    @property
+    def is_vacant(self) -> bool:
+        """No members, no one about to join, no offsets: nothing worth keeping."""
+        return not self._members and not self.pending_members and not self.offsets.has_offsets
+
+    def add(self, member: Member) -> None:
+        """Add a member; the first member of a group decides its protocol type and leads."""
+        if not self._members:
+            self.protocol_type = member.protocol_type
+        if member.protocol_type != self.protocol_type or not self.supports_protocols(
+            member.protocol_type, member.protocol_names
+        ):
+            raise ValueError(f"member {member.member_id} cannot join group {self.group_id}")
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self._members[member.member_id] = member
+        self.pending_sync.discard(member.member_id)
+
+    def remove(self, member_id: str) -> Member:
+        """Remove a member; a removed leader is replaced, preferring one that has rejoined.
+
+        Preferring a member that is awaiting a join keeps the leadership with someone
+        who will be in the next generation.
+        """
+        member = self._members.pop(member_id)
+        self.pending_sync.discard(member_id)
+        if member_id == self.leader_id:
+            rejoined = [m.member_id for m in self._members.values() if m.is_awaiting_join]
+            self.leader_id = next(iter(rejoined or self._members), None)
+        return member
+
+    @property
+    def not_yet_rejoined(self) -> list[Member]:
+        return [member for member in self._members.values() if not member.is_awaiting_join]
+
+    @property
+    def has_all_members_joined(self) -> bool:
+        """Every member has rejoined and no one holding a fresh id is about to."""
+        return not self.pending_members and all(
+            member.is_awaiting_join for member in self._members.values()
+        )
+
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        """The longest rebalance timeout of any member: how long a rebalance may wait."""
+        return max((member.rebalance_timeout_ms for member in self._members.values()), default=0)
+
+    # -- protocols -------------------------------------------------------------------
+
+    def candidate_protocols(self) -> set[str]:
+        """The protocols every member supports."""
+        members = iter(self._members.values())
+        first = next(members, None)
+        if first is None:
+            return set()
+        common = set(first.protocol_names)
+        for member in members:
+            common.intersection_update(member.protocol_names)
+        return common
+
+    def supports_protocols(self, protocol_type: str, names: list[str]) -> bool:
+        """Whether a member of ``protocol_type`` speaking ``names`` may join.
+
+        A group without members takes any non-empty type and protocol list; otherwise
+        the type must match and one of the names must be supported by every member.
+        """
+        if not self._members:
+            return bool(protocol_type) and bool(names)
+        candidates = self.candidate_protocols()
+        return protocol_type == self.protocol_type and any(name in candidates for name in names)
+
+    def select_protocol(self) -> str:
+        """The protocol most members vote for among those all members support.
+
+        Each member votes for its most preferred candidate. A tie goes to the protocol
+        the longest-standing member prefers, so every replay of a history picks the same.
+        """
+        if not self._members:
+            raise ValueError(f"group {self.group_id} has no members to select a protocol")
+        candidates = self.candidate_protocols()
+        votes = Counter(member.vote(candidates) for member in self._members.values())
+        first = next(iter(self._members.values()))
+        preference = {name: rank for rank, name in enumerate(first.protocol_names)}
+        return max(votes, key=lambda name: (votes[name], -preference[name]))
+
+    # -- generations -----------------------------------------------------------------
+
+    def init_next_generation(self, now_ms: int) -> None:
+        """Start the next generation from the members that rejoined."""
+        if self.not_yet_rejoined:
+            raise ValueError(f"group {self.group_id} has members that did not rejoin")
+        self.generation_id += 1
+        self.pending_sync.clear()
+        if self._members:
+            self.protocol = self.select_protocol()
+            self.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)
+        else:
+            self.protocol = None
+            self.transition_to(GroupState.EMPTY, now_ms)
+
+    def member_metadata(self) -> list[JoinGroupMember]:
+        """Every member's metadata for the chosen protocol (what the leader assigns from)."""
+        if self.protocol is None or self.is_in(GroupState.DEAD, GroupState.PREPARING_REBALANCE):
+            raise ValueError(f"group {self.group_id} has no current generation in {self.state}")
+        protocol = self.protocol
+        return [
+            JoinGroupMember(member_id=member.member_id, metadata=member.metadata(protocol))
+            for member in self._members.values()
+        ]
+
+    def join_response(self, member_id: str) -> JoinGroupResponse:
+        """The current generation as told to ``member_id``; the leader also gets the members."""
+        return JoinGroupResponse(
+            generation_id=self.generation_id,
+            protocol_name=self.protocol or "",
+            leader=self.leader_id or "",
+            member_id=member_id,
+            members=self.member_metadata() if member_id == self.leader_id else [],
+        )
+
+    def to_record(self, assignments: dict[str, bytes], now_ms: int) -> GroupRecord:
+        """The record of the current generation with ``assignments`` for its members."""
+        protocol = self.protocol or ""
+        members = (
+            [
+                member.to_record(protocol, assignments.get(member.member_id, b""))
+                for member in self._members.values()
+            ]
+            if protocol
+            else []
+        )
+        return GroupRecord(
+            group_id=self.group_id,
+            protocol_type=self.protocol_type or "",
+            generation_id=self.generation_id,
+            protocol=protocol,
+            leader=self.leader_id or "",
+            state_timestamp_ms=now_ms,
+            members=members,
+        )
+
+    @classmethod
+    def from_record(cls, record: GroupRecord) -> Group:
+        """A group as stored: Stable with its members, or Empty."""
+        group = cls(record.group_id, record.state_timestamp_ms)
+        group.generation_id = record.generation_id
+        group.protocol_type = record.protocol_type or None
+        if record.members:
+            group.protocol = record.protocol
+            group._state = GroupState.STABLE
+            for stored in record.members:
+                member = Member.from_record(stored, record.protocol_type, record.protocol)
+                group._members[member.member_id] = member
+            group.leader_id = record.leader if record.leader in group._members else None
+            if group.leader_id is None:
+                group.leader_id = next(iter(group._members))
+        return group
+
+    # -- views -------------------------------------------------------------------
+
+    def overview(self) -> ListedGroup:
+        return ListedGroup(
+            group_id=self.group_id,
+            protocol_type=self.protocol_type or "",
+            state=self._state.value,
+        )
+
+    def describe(self) -> DescribedGroup:
+        """The DescribeGroup view; metadata and assignments only once the group is Stable."""
+        protocol = self.protocol if self.is_in(GroupState.STABLE) else None
+        members = [
+            DescribedMember(
+                member_id=member.member_id,
+                client_id=member.client_id,
+                client_host=member.client_host,
+                metadata=member.metadata(protocol) if protocol else b"",
+                assignment=member.assignment if protocol else b"",
+            )
+            for member in self._members.values()
+        ]
+        return DescribedGroup(
+            group_id=self.group_id,
+            state=self._state.value,
+            protocol_type=self.protocol_type or "",
+            protocol=protocol or "",
+            members=members,
+        )

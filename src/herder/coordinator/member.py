@@ -1,0 +1,104 @@
+"""One member of a group: who it is, what it speaks, and what it is waiting for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+from herder.coordinator.messages import (
+    JoinGroupProtocol,
+    JoinGroupResponse,
+    SyncGroupResponse,
+)
+from herder.coordinator.records import MemberRecord
+from herder.coordinator.timers import Timer
+
+JoinCallback = Callable[[JoinGroupResponse], None]
+SyncCallback = Callable[[SyncGroupResponse], None]
+
+#: a protocol a member supports: its name and the member's metadata for it
+SupportedProtocol = tuple[str, bytes]
+
+
+def protocols_of(request_protocols: Sequence[JoinGroupProtocol]) -> list[SupportedProtocol]:
+    return [(protocol.name, protocol.metadata) for protocol in request_protocols]
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class Member:
+    """A member of a group (the seed's MemberMetadata).
+
+    ``awaiting_join`` and ``awaiting_sync`` hold the callbacks of a JoinGroup parked
+    until the rebalance completes and of a SyncGroup parked until the leader's
+    assignment is stored. A member with either is alive by definition: its session
+    timer does not expire it while the coordinator owes it an answer.
+    """
+
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    #: in the member's order of preference
+    protocols: list[SupportedProtocol]
+    assignment: bytes = b""
+    awaiting_join: JoinCallback | None = None
+    awaiting_sync: SyncCallback | None = None
+    #: expires the member unless it shows signs of life before the deadline
+    session_timer: Timer | None = None
+
+    @property
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+    @property
+    def is_awaiting_join(self) -> bool:
+        return self.awaiting_join is not None
+
+    @property
+    def is_awaiting_sync(self) -> bool:
+        return self.awaiting_sync is not None
+
+    def metadata(self, protocol: str) -> bytes:
+        """The member's metadata for ``protocol`` (which it must support)."""
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        raise ValueError(f"member {self.member_id} does not support protocol {protocol!r}")
+
+    def matches(self, protocols: Sequence[SupportedProtocol]) -> bool:
+        """Whether a rejoin brings exactly what the member joined with (order included)."""
+        return list(protocols) == self.protocols
+
+    def vote(self, candidates: Collection[str]) -> str:
+        """The member's most preferred protocol among those every member supports."""
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
+
+    def to_record(self, protocol: str, assignment: bytes) -> MemberRecord:
+        return MemberRecord(
+            member_id=self.member_id,
+            client_id=self.client_id,
+            client_host=self.client_host,
+            session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            metadata=self.metadata(protocol),
+            assignment=assignment,
+        )
+
+    @classmethod
+    def from_record(cls, record: MemberRecord, protocol_type: str, protocol: str) -> Member:
+        """A member read back from the store speaks only the protocol it was stored under."""
+        return cls(
+            member_id=record.member_id,
+            client_id=record.client_id,
+            client_host=record.client_host,
+            session_timeout_ms=record.session_timeout_ms,
+            rebalance_timeout_ms=record.rebalance_timeout_ms,
+            protocol_type=protocol_type,
+            protocols=[(protocol, record.metadata)],
+            assignment=record.assignment,
+        )

@@ -1,0 +1,252 @@
+"""Requests and responses of the group coordinator, as they will travel on the wire.
+
+Each is a ``msgspec.Struct`` with keyword-only fields, later fields defaulted, so the
+wire layer can send them unchanged and a peer one version apart still decodes them.
+Shapes follow Kafka's APIs of the same names (LeaveGroup in its v3 form, a list of
+members; DescribeGroups and DeleteGroups over several groups at once).
+
+Every response carries ``error_code``, an :class:`~herder.errors.ErrorCode` value.
+Where a request names several things (partitions, groups, leaving members) each item
+also gets its own code, and the top-level code is the first item's error, so a client
+that sent one item can read the top-level code alone. An error about the coordinator
+itself (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) is set on every item too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from herder.coordinator.offsets import TopicPartition
+from herder.errors import ErrorCode
+
+#: the member id of a member that has none yet
+NO_MEMBER_ID = ""
+#: the generation of a response that carries none; also what an admin tool commits with
+NO_GENERATION = -1
+#: the offset OffsetFetch reports for a partition with nothing committed
+NO_OFFSET = -1
+
+
+def first_error(codes: Iterable[int]) -> int:
+    """The first code that is not NONE, else NONE: the top-level code of a multi-item reply."""
+    return next((code for code in codes if code != ErrorCode.NONE), ErrorCode.NONE)
+
+
+class JoinGroupProtocol(msgspec.Struct, kw_only=True):
+    """One protocol a member can speak, with the metadata it votes with."""
+
+    name: str
+    metadata: bytes = b""
+
+
+class JoinGroupRequest(msgspec.Struct, kw_only=True):
+    group_id: str
+    member_id: str = NO_MEMBER_ID
+    client_id: str = ""
+    client_host: str = ""
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    #: in the member's order of preference
+    protocols: list[JoinGroupProtocol] = []
+
+
+class JoinGroupMember(msgspec.Struct, kw_only=True):
+    member_id: str
+    metadata: bytes = b""
+
+
+class JoinGroupResponse(msgspec.Struct, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    generation_id: int = NO_GENERATION
+    protocol_name: str = ""
+    leader: str = ""
+    #: the member's id; with MEMBER_ID_REQUIRED, the id to rejoin with
+    member_id: str = NO_MEMBER_ID
+    #: filled for the leader only: every member with its metadata for the chosen protocol
+    members: list[JoinGroupMember] = []
+
+
+class SyncGroupAssignment(msgspec.Struct, kw_only=True):
+    member_id: str
+    assignment: bytes = b""
+
+
+class SyncGroupRequest(msgspec.Struct, kw_only=True):
+    group_id: str
+    generation_id: int
+    member_id: str
+    #: sent by the leader only; members it leaves out get an empty assignment
+    assignments: list[SyncGroupAssignment] = []
+
+
+class SyncGroupResponse(msgspec.Struct, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    assignment: bytes = b""
+
+
+class HeartbeatRequest(msgspec.Struct, kw_only=True):
+    group_id: str
+    generation_id: int
+    member_id: str
+
+
+class HeartbeatResponse(msgspec.Struct, kw_only=True):
+    error_code: int = ErrorCode.NONE
+
+
+class LeaveGroupRequest(msgspec.Struct, kw_only=True):
+    group_id: str
+    member_ids: list[str] = []
+
+
+class LeftMember(msgspec.Struct, kw_only=True):
+    member_id: str
+    error_code: int = ErrorCode.NONE
+
+
+class LeaveGroupResponse(msgspec.Struct, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    members: list[LeftMember] = []
+
+
+class OffsetCommitPartition(msgspec.Struct, kw_only=True):
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
+class OffsetCommitRequest(msgspec.Struct, kw_only=True):
+    group_id: str
+    #: NO_GENERATION (with no member id) commits for a group that has no members
+    generation_id: int = NO_GENERATION
+    member_id: str = NO_MEMBER_ID
+    offsets: list[OffsetCommitPartition] = []
+
+
+class CommittedPartition(msgspec.Struct, kw_only=True):
+    topic: str
+    partition: int
+    error_code: int = ErrorCode.NONE
+
+
+class OffsetCommitResponse(msgspec.Struct, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    partitions: list[CommittedPartition] = []
+
+
+class OffsetFetchRequest(msgspec.Struct, kw_only=True):
+    group_id: str
+    #: None fetches every partition the group has committed
+    partitions: list[TopicPartition] | None = None
+
+
+class FetchedOffset(msgspec.Struct, kw_only=True):
+    topic: str
+    partition: int
+    offset: int = NO_OFFSET
+    metadata: str = ""
+    error_code: int = ErrorCode.NONE
+
+
+class OffsetFetchResponse(msgspec.Struct, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    offsets: list[FetchedOffset] = []
+
+
+class ListGroupsRequest(msgspec.Struct, kw_only=True):
+    pass
+
+
+class ListedGroup(msgspec.Struct, kw_only=True):
+    group_id: str
+    protocol_type: str = ""
+    state: str = ""
+
+
+class ListGroupsResponse(msgspec.Struct, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    groups: list[ListedGroup] = []
+
+
+class DescribeGroupsRequest(msgspec.Struct, kw_only=True):
+    group_ids: list[str] = []
+
+
+class DescribedMember(msgspec.Struct, kw_only=True):
+    member_id: str
+    client_id: str = ""
+    client_host: str = ""
+    #: metadata for the group's protocol and the assignment: only while Stable
+    metadata: bytes = b""
+    assignment: bytes = b""
+
+
+class DescribedGroup(msgspec.Struct, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    group_id: str
+    state: str = ""
+    protocol_type: str = ""
+    protocol: str = ""
+    members: list[DescribedMember] = []
+
+
+class DescribeGroupsResponse(msgspec.Struct, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    groups: list[DescribedGroup] = []
+
+
+class DeleteGroupsRequest(msgspec.Struct, kw_only=True):
+    group_ids: list[str] = []
+
+
+class DeletedGroup(msgspec.Struct, kw_only=True):
+    group_id: str
+    error_code: int = ErrorCode.NONE
+
+
+class DeleteGroupsResponse(msgspec.Struct, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    results: list[DeletedGroup] = []
+
+
+class InitFencingRequest(msgspec.Struct, kw_only=True):
+    """Take a new fencing epoch for ``fenced_id`` (a source task, a connector, the leader)."""
+
+    fenced_id: str
+
+
+class InitFencingResponse(msgspec.Struct, kw_only=True):
+    error_code: int = ErrorCode.NONE
+    fenced_id: str = ""
+    epoch: int = -1
+
+
+CoordinatorRequest = (
+    JoinGroupRequest
+    | SyncGroupRequest
+    | HeartbeatRequest
+    | LeaveGroupRequest
+    | OffsetCommitRequest
+    | OffsetFetchRequest
+    | ListGroupsRequest
+    | DescribeGroupsRequest
+    | DeleteGroupsRequest
+    | InitFencingRequest
+)
+
+CoordinatorResponse = (
+    JoinGroupResponse
+    | SyncGroupResponse
+    | HeartbeatResponse
+    | LeaveGroupResponse
+    | OffsetCommitResponse
+    | OffsetFetchResponse
+    | ListGroupsResponse
+    | DescribeGroupsResponse
+    | DeleteGroupsResponse
+    | InitFencingResponse
+)

@@ -1,0 +1,234 @@
+"""Serving or not: inactive, loading, loaded groups, and unloading with parked requests."""
+
+from __future__ import annotations
+
+from random import Random
+from typing import Any
+
+import pytest
+
+from herder.coordinator import CoordinatorStatus, GroupCoordinator, GroupState, collect_groups
+from herder.coordinator.messages import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    HeartbeatRequest,
+    InitFencingRequest,
+    JoinGroupProtocol,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+from herder.errors import ErrorCode
+
+from .support import SESSION_MS, FakeStore, Harness, Reply
+
+pytestmark = pytest.mark.unit
+
+
+def requests(group_id: str) -> dict[str, Any]:
+    return {
+        "join": JoinGroupRequest(
+            group_id=group_id,
+            session_timeout_ms=SESSION_MS,
+            rebalance_timeout_ms=SESSION_MS,
+            protocol_type="consumer",
+            protocols=[JoinGroupProtocol(name="range")],
+        ),
+        "sync": SyncGroupRequest(group_id=group_id, generation_id=1, member_id="m"),
+        "heartbeat": HeartbeatRequest(group_id=group_id, generation_id=1, member_id="m"),
+        "leave": LeaveGroupRequest(group_id=group_id, member_ids=["m"]),
+        "commit": OffsetCommitRequest(
+            group_id=group_id,
+            offsets=[OffsetCommitPartition(topic="t", partition=0, offset=1)],
+        ),
+        "fetch": OffsetFetchRequest(group_id=group_id),
+        "describe": DescribeGroupsRequest(group_ids=[group_id]),
+        "delete": DeleteGroupsRequest(group_ids=[group_id]),
+        "list": ListGroupsRequest(),
+        "fence": InitFencingRequest(fenced_id="task-0"),
+    }
+
+
+def send(coordinator: GroupCoordinator, request: Any) -> ErrorCode:
+    reply: Reply[Any] = Reply()
+    coordinator.handle(request, 0, reply)
+    return reply.error
+
+
+NAMES = list(requests("g"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_inactive_coordinator_answers_not_coordinator(name: str) -> None:
+    coordinator = GroupCoordinator(FakeStore(), random=Random(0))
+    assert coordinator.status is CoordinatorStatus.INACTIVE
+    assert send(coordinator, requests("g")[name]) == ErrorCode.NOT_COORDINATOR
+
+
+LOADING_ANSWERS = {
+    # the member's group is on its way: the seed answers heartbeats blindly
+    "heartbeat": ErrorCode.NONE,
+    # the rebalance in flight was lost with the old coordinator: rejoin, no rediscovery
+    "sync": ErrorCode.REBALANCE_IN_PROGRESS,
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_loading_coordinator_asks_to_retry(name: str) -> None:
+    coordinator = GroupCoordinator(FakeStore(), random=Random(0))
+    coordinator.begin_loading(0)
+    expected = LOADING_ANSWERS.get(name, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    assert send(coordinator, requests("g")[name]) == expected
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("list", "fence")])
+def test_an_empty_group_id_is_invalid_for_every_group_request(name: str) -> None:
+    h = Harness()
+    assert send(h.coordinator, requests("")[name]) == ErrorCode.INVALID_GROUP_ID
+
+
+def loaded_copy(h: Harness, now_ms: int) -> tuple[GroupCoordinator, FakeStore]:
+    """A second coordinator that loads what the first one stored (a new ensemble leader)."""
+    store = FakeStore()
+    coordinator = GroupCoordinator(store, random=Random(1))
+    coordinator.begin_loading(now_ms)
+    for stored in collect_groups(h.store.groups_log).values():
+        coordinator.load_group(stored.group_id, stored.record, stored.offsets, now_ms)
+    coordinator.finish_loading(now_ms)
+    return coordinator, store
+
+
+def test_a_loaded_group_is_stable_with_its_members_assignments_and_offsets() -> None:
+    h = Harness()
+    formed = h.form_group("g", 2)
+    h.commit("g", {("t", 0): 9}, member_id=formed.leader, generation=formed.generation)
+    h.commit("admin", {("t", 1): 3})
+
+    later = h.now + 50_000
+    coordinator, _ = loaded_copy(h, later)
+    group = coordinator.group("g")
+    assert group is not None and group.state is GroupState.STABLE
+    assert (group.generation_id, group.leader_id, group.member_ids) == (
+        formed.generation,
+        formed.leader,
+        formed.members,
+    )
+    admin = coordinator.group("admin")
+    assert admin is not None and admin.state is GroupState.EMPTY
+
+    sync: Reply[Any] = Reply()
+    request = SyncGroupRequest(
+        group_id="g", generation_id=formed.generation, member_id=formed.followers[0]
+    )
+    coordinator.sync_group(request, later, sync)
+    assert sync.value.assignment == f"to-{formed.followers[0]}".encode()
+    fetch: Reply[Any] = Reply()
+    coordinator.fetch_offsets(OffsetFetchRequest(group_id="g"), later, fetch)
+    assert [(o.partition, o.offset) for o in fetch.value.offsets] == [(0, 9)]
+
+
+def test_loaded_members_get_a_fresh_session_from_the_load() -> None:
+    h = Harness()
+    formed = h.form_group("g", 2)
+    loaded_at = h.now + 3 * SESSION_MS  # long after their last heartbeat to the old leader
+    coordinator, _ = loaded_copy(h, loaded_at)
+    alive = formed.leader
+    heartbeat: Reply[Any] = Reply()
+    beat = HeartbeatRequest(group_id="g", generation_id=formed.generation, member_id=alive)
+    coordinator.heartbeat(beat, loaded_at + SESSION_MS - 1, heartbeat)
+    assert heartbeat.error == ErrorCode.NONE
+    coordinator.tick(loaded_at + SESSION_MS)
+    group = coordinator.group("g")
+    assert group is not None and group.member_ids == [alive]
+    assert group.state is GroupState.PREPARING_REBALANCE
+
+
+def test_unloading_answers_parked_joins_and_syncs_with_not_coordinator() -> None:
+    h = Harness(deferred=True)
+    joining = h.form_group("joining", 2)
+    syncing = h.form_group("syncing", 2, sync=False)
+    parked_join = h.join("joining", joining.leader)
+    parked_sync = h.sync("syncing", syncing.followers[0], syncing.generation)
+    leader_sync = h.sync("syncing", syncing.leader, syncing.generation, {})
+    groups = [h.coordinator.group("joining"), h.coordinator.group("syncing")]
+
+    h.coordinator.unload_all()
+    assert parked_join.error == ErrorCode.NOT_COORDINATOR
+    assert parked_sync.error == ErrorCode.NOT_COORDINATOR
+    assert leader_sync.error == ErrorCode.NOT_COORDINATOR
+    assert all(g is not None and g.state is GroupState.DEAD for g in groups)
+    assert h.coordinator.status is CoordinatorStatus.INACTIVE
+    assert h.coordinator.next_deadline() is None
+
+    # the leader's write lands after the unload: nobody is answered twice
+    h.store.complete_all()
+    assert len(leader_sync.responses) == 1 and len(parked_sync.responses) == 1
+    h.advance(10 * SESSION_MS)
+    assert h.heartbeat("joining", joining.leader, joining.generation).error == (
+        ErrorCode.NOT_COORDINATOR
+    )
+
+
+def test_unloading_one_group_leaves_the_others_served() -> None:
+    h = Harness()
+    gone = h.form_group("gone", 2)
+    kept = h.form_group("kept", 1)
+    parked = h.join("gone", gone.leader)
+    h.coordinator.unload_group("gone")
+    assert parked.error == ErrorCode.NOT_COORDINATOR
+    assert h.coordinator.group("gone") is None
+    assert h.heartbeat("kept", kept.leader, kept.generation).error == ErrorCode.NONE
+
+
+def test_a_coordinator_can_serve_again_after_losing_leadership() -> None:
+    h = Harness()
+    formed = h.form_group("g", 1)
+    h.coordinator.unload_all()
+    h.coordinator.begin_loading(h.now)
+    for stored in collect_groups(h.store.groups_log).values():
+        h.coordinator.load_group(stored.group_id, stored.record, stored.offsets, h.now)
+    h.coordinator.finish_loading(h.now)
+    assert h.heartbeat("g", formed.leader, formed.generation).error == ErrorCode.NONE
+
+
+def test_loading_is_only_possible_while_loading() -> None:
+    h = Harness()
+    with pytest.raises(RuntimeError, match="cannot load group"):
+        h.coordinator.load_group("g", None, {}, h.now)
+    with pytest.raises(RuntimeError, match="cannot begin loading"):
+        h.coordinator.begin_loading(h.now)
+    with pytest.raises(RuntimeError, match="cannot finish loading"):
+        h.coordinator.finish_loading(h.now)
+
+
+def test_list_groups_while_loading_shows_the_groups_loaded_so_far() -> None:
+    coordinator = GroupCoordinator(FakeStore(), random=Random(0))
+    coordinator.begin_loading(0)
+    coordinator.load_group("early", None, {}, 0)
+    reply: Reply[Any] = Reply()
+    coordinator.list_groups(ListGroupsRequest(), 0, reply)
+    assert reply.error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert [g.group_id for g in reply.value.groups] == ["early"]
+
+
+def test_the_next_deadline_is_the_earliest_session() -> None:
+    h = Harness()
+    assert (
+        h.coordinator.next_deadline()
+        == h.now + h.coordinator.config.offsets_retention_check_interval_ms
+    )
+    h.form_group("g", 1)
+    assert h.coordinator.next_deadline() == h.now + SESSION_MS
+
+
+def test_an_offsets_only_group_expires_by_its_commit_times_after_a_reload() -> None:
+    h = Harness()
+    h.commit("admin", {("t", 0): 1})
+    retention = h.coordinator.config.offsets_retention_ms
+    coordinator, _ = loaded_copy(h, h.now + retention // 2)
+    coordinator.tick(h.now + retention + coordinator.config.offsets_retention_check_interval_ms)
+    assert coordinator.group("admin") is None
