@@ -77,7 +77,7 @@ def test_members_form_a_generation_and_rebalance_on_leave(ensemble_server: Serve
 
         (gen,) = await asyncio.wait_for(converged(3), 30)
         latest = [r.assignments[-1][1] for r in recs]
-        assert sorted(sum(latest, [])) == sorted(RESOURCES), "disjoint and covering"
+        assert sorted(r for rs in latest for r in rs) == sorted(RESOURCES), "disjoint and covering"
         leaders = {mbr.generation.leader_id for mbr in members if mbr.generation}
         assert len(leaders) == 1
         # commit offsets with the generation, then a stale generation is refused
@@ -88,7 +88,7 @@ def test_members_form_a_generation_and_rebalance_on_leave(ensemble_server: Serve
         await members[2].close()
         (gen2,) = await asyncio.wait_for(converged(2), 10)
         assert gen2 > gen
-        assert sorted(sum((r.assignments[-1][1] for r in recs[:2]), [])) == sorted(RESOURCES)
+        assert sorted(x for r in recs[:2] for x in r.assignments[-1][1]) == sorted(RESOURCES)
         with pytest.raises(IllegalGeneration):
             await members[0].commit_offsets({TopicPartition("t", 0): (1, "")}, generation=stale)
         admin = CoordinatorClient(ensemble_server.bootstrap)

@@ -45,7 +45,7 @@ def log_path(counter: int, epoch: int = 1) -> str:
 
 
 class _Handle:
-    """Delegates to a real handle, with a hook around fsync."""
+    """Delegates to a real handle, telling its file system before every change."""
 
     def __init__(self, inner: FileHandle, fs: WrappedFileSystem, path: str) -> None:
         self._inner = inner
@@ -53,18 +53,22 @@ class _Handle:
         self._path = path
 
     def pwrite(self, data: bytes, offset: int) -> None:
+        self._fs.before_change()
         self._inner.pwrite(data, offset)
 
     def read(self, offset: int, size: int) -> bytes:
         return self._inner.read(offset, size)
 
     def fsync(self) -> None:
+        self._fs.before_change()
         self._fs.on_fsync(self._inner, self._path)
 
     def truncate(self, size: int) -> None:
+        self._fs.before_change()
         self._inner.truncate(size)
 
     def allocate(self, size: int) -> None:
+        self._fs.before_change()
         self._inner.allocate(size)
 
     def size(self) -> int:
@@ -75,21 +79,28 @@ class _Handle:
 
 
 class WrappedFileSystem:
-    """A simulated file system whose file fsyncs go through :meth:`on_fsync`."""
+    """A simulated file system with hooks before each change and around each fsync."""
 
     def __init__(self, inner: SimulatedFileSystem) -> None:
         self.inner = inner
+
+    def before_change(self) -> None:
+        """Called before every operation that changes the disk."""
 
     def on_fsync(self, handle: FileHandle, path: str) -> None:
         handle.fsync()
 
     def open(self, path: str, *, create: bool = False) -> FileHandle:
+        if create and not self.inner.exists(path):
+            self.before_change()
         return _Handle(self.inner.open(path, create=create), self, path)
 
     def rename(self, src: str, dst: str) -> None:
+        self.before_change()
         self.inner.rename(src, dst)
 
     def remove(self, path: str) -> None:
+        self.before_change()
         self.inner.remove(path)
 
     def listdir(self, path: str) -> list[str]:
@@ -102,10 +113,27 @@ class WrappedFileSystem:
         self.inner.makedirs(path)
 
     def fsync_dir(self, path: str) -> None:
+        self.before_change()
         self.inner.fsync_dir(path)
 
     def lock(self, path: str) -> FileLock:
         return self.inner.lock(path)
+
+
+class PowerCut(Exception):
+    """The power went out in the middle of an operation."""
+
+
+class CutsPower(WrappedFileSystem):
+    """Fails with :class:`PowerCut` before the change after ``budget`` more changes."""
+
+    budget: int | None = None
+
+    def before_change(self) -> None:
+        if self.budget is not None:
+            if self.budget == 0:
+                raise PowerCut
+            self.budget -= 1
 
 
 class SkipsLogFsync(WrappedFileSystem):

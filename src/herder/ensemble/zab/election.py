@@ -12,7 +12,9 @@ its vote it waits ``finalize_wait_ms`` for a better one; if none comes, the vote
 final. A notification from a FOLLOWING or LEADING peer reveals an established leader,
 which the peer joins once a quorum agrees on it and the leader itself says it leads.
 Observers, and participants whose log is corrupt, vote for nobody and are never
-counted; they learn the outcome from the voters' replies.
+counted; they learn the outcome from the voters' replies. Only voters reply to
+notifications, and only to LOOKING ones, so that no two servers can keep answering
+each other.
 """
 
 from __future__ import annotations
@@ -130,10 +132,13 @@ class Election:
 
     def receive(self, sender: int, n: Notification, now: int) -> Vote | None:
         node = self.node
+        # Only voters answer, and only a question (a LOOKING notification): an answer
+        # to an answer, or from a server whose vote nobody counts, could bounce forever.
         if not (node.config.is_participant(sender) and n.voter):
-            node.send(sender, self.notification())
+            if n.state is ServerState.LOOKING and node.can_vote:
+                node.send(sender, self.notification())
             return None
-        if n.state is ServerState.LOOKING and n.election_epoch < self.clock:
+        if n.state is ServerState.LOOKING and n.election_epoch < self.clock and node.can_vote:
             # a voter still in an older round: tell it where we are
             node.send(sender, self.notification())
         self.resend_at = now + self.interval

@@ -79,7 +79,7 @@ class Peer:
             if isinstance(message, Notification):
                 if isinstance(role, Election):
                     self._settle(role.receive(from_id, message, now_ms), now_ms)
-                elif message.state is ServerState.LOOKING:
+                elif message.state is ServerState.LOOKING and self.node.can_vote:
                     self._answer(from_id)
             elif isinstance(message, QuorumPacket) and not isinstance(role, Election):
                 role.receive(from_id, message, now_ms)
