@@ -48,6 +48,9 @@ def _register_commands() -> None:
 COMMAND_GROUPS: list[tuple[str, str]] = [
     ("herder.cli.ensemble", "ensemble"),
     ("herder.cli.logs", "logs"),
+    ("herder.cli.worker", "worker"),
+    ("herder.cli.groups", "groups"),
+    ("herder.cli.verifiable", "verifiable"),
 ]
 
 

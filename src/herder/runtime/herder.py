@@ -1,0 +1,642 @@
+"""The distributed herder: one per worker, steering it to the group's assignment.
+
+As in Kafka Connect's DistributedHerder, a single loop does everything that changes
+what this worker runs: it handles a completed rebalance (catching up with the config
+log first, or refusing to start work it cannot trust), reacts to config changes
+(rebalance for new, removed or re-tasked connectors; restart in place for a changed
+connector config; pause/resume/stop in place for a target state), regenerates task
+configs when a connector asks (retrying with backoff), and runs queued requests from
+the REST API in order of due time, then arrival.
+
+Only the group's leader writes to ``_configs``, and each write carries the check that
+it still holds the leader fencing epoch it took when it became leader, so a deposed
+leader's late write commits nothing. Before a connector's new task set is written the
+connector's own fencing epoch is bumped, fencing its old tasks (KIP-618).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+
+from herder.coordinator.apis import fencing_op
+from herder.coordinator.client import CoordinatorClient, Generation, GroupMember
+from herder.ensemble.client import EnsembleClient
+from herder.ensemble.txn import Op
+from herder.errors import CheckFailed, ConfigError, HerderError, RebalanceInProgress, ServerStopping
+from herder.runtime.assignor import EagerAssignor
+from herder.runtime.config_state import (
+    ClusterConfigSnapshot,
+    ConfigDiff,
+    TargetState,
+    connector_config_record,
+    connector_removal_record,
+    target_state_record,
+    task_config_records,
+)
+from herder.runtime.plugins import Plugins
+from herder.runtime.protocol import (
+    Assignment,
+    ConnectorTaskId,
+    WorkerMetadata,
+    decode_assignment,
+    decode_metadata,
+    encode_assignment,
+    encode_metadata,
+)
+from herder.runtime.status import State
+from herder.runtime.stores import ConfigStore, OffsetStore, StatusStore
+from herder.runtime.worker import ExecutionFactory, Worker
+from herder.runtime.worker_config import WorkerConfig
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RECONFIGURE_BACKOFF_MS = 250
+RECONFIGURE_BACKOFF_MAX_MS = 60_000
+
+
+class NotLeaderWorker(HerderError):
+    """This worker is not the group's leader; the request belongs at ``leader_url``."""
+
+    def __init__(self, leader_url: str | None) -> None:
+        super().__init__(
+            f"this worker is not the leader; the leader is at {leader_url}"
+            if leader_url
+            else "no leader is known yet (a rebalance is under way); try again shortly"
+        )
+        self.leader_url = leader_url
+
+
+class NotFound(HerderError):
+    """The connector or task does not exist (REST 404)."""
+
+
+class AlreadyExists(HerderError):
+    """A connector of that name already exists (REST 409)."""
+
+
+@dataclass(order=True)
+class _Request:
+    due: float
+    seq: int
+    action: Callable[[], Awaitable[Any]] = field(compare=False)
+    future: asyncio.Future[Any] = field(compare=False)
+
+
+class DistributedHerder:
+    """Membership, assignment and work of one worker."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        plugins: Plugins,
+        execution_factory: ExecutionFactory,
+        *,
+        worker_id: str | None = None,
+    ) -> None:
+        self.config = config
+        self.plugins = plugins
+        self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:8]}"
+        self.url = ""
+        self.client = EnsembleClient(
+            config.bootstrap,
+            name=self.worker_id,
+            session_timeout_ms=max(config.session_timeout_ms, 6_000),
+        )
+        self.configs = ConfigStore(self.client, config.config_log, on_update=self._config_updated)
+        self.offsets = OffsetStore(self.client, config.offset_log)
+        self.statuses = StatusStore(self.client, config.status_log)
+        self.coordinator = CoordinatorClient(config.bootstrap)
+        self.worker = Worker(
+            self.worker_id,
+            plugins,
+            self.statuses,
+            execution_factory,
+            task_shutdown_timeout_ms=config.task_shutdown_timeout_ms,
+        )
+        self.worker.on_task_reconfiguration = self._request_reconfiguration
+        self.member: GroupMember | None = None
+        self.assignment: Assignment | None = None
+        self.generation: Generation | None = None
+        #: the snapshot the running work was started from
+        self._applied = ClusterConfigSnapshot.EMPTY
+        self._pending_assignment: tuple[Generation, Assignment] | None = None
+        self._config_dirty = False
+        self._reconfigure_due: dict[str, tuple[float, int]] = {}
+        self._leader_epoch: tuple[int, int] | None = None  # (generation, epoch)
+        self._requests: list[_Request] = []
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._work_lock = asyncio.Lock()
+        self._stopping = False
+        self._loop_task: asyncio.Task[None] | None = None
+        self._http = httpx.AsyncClient(timeout=30)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self, url: str) -> None:
+        self.url = url
+        await self.client.start()
+        for store in (self.configs, self.offsets, self.statuses):
+            await store.start()
+        self._applied = ClusterConfigSnapshot.EMPTY
+        self.member = GroupMember(
+            self.config.bootstrap,
+            self.config.group_id,
+            protocol_type="connect",
+            protocols=self._protocols,
+            assign=self._assign,
+            on_assigned=self._on_assigned,
+            on_revoked=self._on_revoked,
+            session_timeout_ms=self.config.session_timeout_ms,
+            rebalance_timeout_ms=self.config.rebalance_timeout_ms,
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            client_id=self.worker_id,
+        )
+        await self.member.start()
+        self._loop_task = asyncio.create_task(self._run(), name=f"herder-{self.worker_id}")
+        log.info(
+            "worker %s started, REST at %s, group %s", self.worker_id, url, self.config.group_id
+        )
+
+    async def stop(self) -> None:
+        """Stop all work, leave the group, fail whatever requests are still queued."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+        async with self._work_lock:
+            await self.worker.stop_all()
+        if self.member is not None:
+            await self.member.close(leave=True)
+        for request in self._requests:
+            if not request.future.done():
+                request.future.set_exception(ServerStopping(f"worker {self.worker_id} is stopping"))
+        self._requests.clear()
+        for store in (self.configs, self.offsets, self.statuses):
+            await store.stop()
+        await self.coordinator.close()
+        await self.client.close()
+        await self._http.aclose()
+        self.worker.close()
+        log.info("worker %s stopped", self.worker_id)
+
+    # -- group membership callbacks ---------------------------------------------------
+
+    def _protocols(self) -> list[tuple[str, bytes]]:
+        metadata = WorkerMetadata(config_offset=self.configs.snapshot().offset, url=self.url)
+        return [(EagerAssignor.protocol.value, encode_metadata(metadata))]
+
+    def _assign(self, leader_id: str, protocol: str, members: Any) -> dict[str, bytes]:
+        decoded = {member: decode_metadata(data) for member, data in members.items()}
+        result = EagerAssignor().assign(leader_id, decoded, self.configs.snapshot())
+        return {member: encode_assignment(a) for member, a in result.items()}
+
+    async def _on_revoked(self) -> None:
+        # eager protocol: everything stops before the group rebalances
+        async with self._work_lock:
+            await self.worker.stop_all()
+            self.assignment = None
+
+    async def _on_assigned(self, generation: Generation, data: bytes) -> None:
+        self._pending_assignment = (generation, decode_assignment(data))
+        self._wake.set()
+
+    def _config_updated(self, snapshot: ClusterConfigSnapshot) -> None:
+        self._config_dirty = True
+        self._wake.set()
+
+    def _request_reconfiguration(self, name: str) -> None:
+        self._reconfigure_due.setdefault(name, (time.monotonic(), RECONFIGURE_BACKOFF_MS))
+        self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            timeout = self._next_due()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            try:
+                await self._tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("worker %s: herder tick failed", self.worker_id)
+                await asyncio.sleep(0.5)
+
+    def _next_due(self) -> float | None:
+        now = time.monotonic()
+        dues = [r.due for r in self._requests[:1]]
+        dues += [due for due, _ in self._reconfigure_due.values()]
+        return max(0.0, min(dues) - now) if dues else None
+
+    async def _tick(self) -> None:
+        if self._pending_assignment is not None:
+            generation, assignment = self._pending_assignment
+            self._pending_assignment = None
+            await self._handle_assignment(generation, assignment)
+        if self._config_dirty and self.assignment is not None:
+            self._config_dirty = False
+            await self._handle_config_update()
+        now = time.monotonic()
+        for name, (due, backoff) in list(self._reconfigure_due.items()):
+            if due <= now:
+                await self._reconfigure(name, backoff)
+        while self._requests and self._requests[0].due <= time.monotonic():
+            request = heapq.heappop(self._requests)
+            try:
+                request.future.set_result(await request.action())
+            except Exception as exc:
+                if not request.future.done():
+                    request.future.set_exception(exc)
+
+    async def _handle_assignment(self, generation: Generation, assignment: Assignment) -> None:
+        member = self.member
+        assert member is not None
+        self.generation = generation
+        self.worker.generation = generation.generation_id
+        if assignment.failed:
+            log.warning(
+                "worker %s: assignment failed (config mismatch); catching up", self.worker_id
+            )
+            await self._catch_up_or_back_off()
+            member.request_rejoin()
+            return
+        behind = assignment.config_offset > self.configs.snapshot().offset
+        if behind and not await self._catch_up_or_back_off(assignment.config_offset):
+            member.request_rejoin()
+            return
+        if self.configs.snapshot().offset > assignment.config_offset:
+            log.info("worker %s: configs moved on since the assignment; rejoining", self.worker_id)
+            member.request_rejoin()
+            return
+        self.assignment = assignment
+        if generation.is_leader:
+            await self._take_leader_epoch(generation)
+        snapshot = self.configs.snapshot()
+        async with self._work_lock:
+            self._applied = snapshot
+            await self._start_work(snapshot, assignment)
+        log.info(
+            "worker %s: generation %d, %d connectors and %d tasks (leader at %s)",
+            self.worker_id,
+            generation.generation_id,
+            len(assignment.connectors),
+            len(assignment.tasks),
+            assignment.leader_url,
+        )
+
+    async def _catch_up_or_back_off(self, offset: int = -1) -> bool:
+        cfg = self.config
+        try:
+            await self.configs.read_to_end(timeout=max(cfg.worker_sync_timeout_ms, 1) / 1000)
+            if self.configs.snapshot().offset >= offset:
+                return True
+        except (TimeoutError, HerderError) as exc:
+            log.warning(
+                "worker %s: could not read the config log to its end: %s", self.worker_id, exc
+            )
+        await asyncio.sleep(cfg.worker_unsync_backoff_ms / 1000)
+        return False
+
+    async def _start_work(self, snapshot: ClusterConfigSnapshot, assignment: Assignment) -> None:
+        starts: list[Awaitable[Any]] = []
+        for name in assignment.connectors:
+            config = snapshot.connector_config(name)
+            if config is not None:
+                starts.append(self._start_connector(name, config, snapshot))
+        for task_id in assignment.tasks:
+            starts.append(self._start_task(task_id, snapshot))
+        await asyncio.gather(*starts)
+
+    async def _start_connector(
+        self, name: str, config: dict[str, str], snapshot: ClusterConfigSnapshot
+    ) -> None:
+        target = snapshot.target_state(name) or TargetState.STARTED
+        if (
+            await self.worker.start_connector(name, config, target)
+            and target is TargetState.STARTED
+        ):
+            self._request_reconfiguration(name)
+
+    async def _start_task(self, task_id: ConnectorTaskId, snapshot: ClusterConfigSnapshot) -> None:
+        task_config = snapshot.task_config(task_id)
+        connector_config = snapshot.connector_config(task_id.connector)
+        if task_config is None or connector_config is None:
+            return
+        target = snapshot.target_state(task_id.connector) or TargetState.STARTED
+        await self.worker.start_task(task_id, task_config, connector_config, target)
+
+    async def _handle_config_update(self) -> None:
+        new = self.configs.snapshot()
+        diff = ConfigDiff.between(self._applied, new)
+        if diff.empty:
+            self._applied = new
+            return
+        assert self.member is not None and self.assignment is not None
+        if diff.needs_rebalance:
+            log.info(
+                "worker %s: connectors added %s, removed %s, re-tasked %s: rebalancing",
+                self.worker_id,
+                sorted(diff.added),
+                sorted(diff.removed),
+                sorted(diff.task_configs_changed),
+            )
+            for name in diff.removed:
+                await self._destroy(name)
+            self.member.request_rejoin()
+            return
+        async with self._work_lock:
+            mine = set(self.assignment.connectors)
+            for name in diff.connector_configs_changed & mine:
+                config = new.connector_config(name)
+                await self.worker.stop_connector(name)
+                if config is not None:
+                    await self._start_connector(name, config, new)
+            for name in diff.target_states_changed:
+                target = new.target_state(name) or TargetState.STARTED
+                if name in mine:
+                    await self.worker.set_connector_target(name, target)
+                    if target is TargetState.STARTED:
+                        self._request_reconfiguration(name)
+                for task_id in self.assignment.tasks:
+                    if task_id.connector == name:
+                        await self.worker.set_task_target(task_id, target)
+            self._applied = new
+
+    async def _destroy(self, name: str) -> None:
+        """A deleted connector: stop it and its tasks here, and tombstone their statuses."""
+        async with self._work_lock:
+            tasks = [t for t in self.worker.tasks if t.connector == name]
+            await self.worker.stop_tasks(tasks, destroyed=True)
+            if name in self.worker.connectors:
+                await self.worker.stop_connector(name, destroyed=True)
+
+    # -- task configs -------------------------------------------------------------------
+
+    async def _reconfigure(self, name: str, backoff_ms: int) -> None:
+        snapshot = self.configs.snapshot()
+        config = snapshot.connector_config(name)
+        if name not in self.worker.connectors or config is None:
+            self._reconfigure_due.pop(name, None)
+            return
+        if snapshot.target_state(name) is TargetState.STOPPED:
+            self._reconfigure_due.pop(name, None)
+            return
+        try:
+            max_tasks = int(config.get("tasks.max", "1"))
+            wanted = await self.worker.task_configs(name, max_tasks)
+            if wanted != snapshot.task_configs(name) or name in snapshot.inconsistent:
+                await self._publish_task_configs(name, wanted)
+        except Exception as exc:
+            retry = min(backoff_ms * 2, RECONFIGURE_BACKOFF_MAX_MS)
+            log.warning(
+                "connector %s: task reconfiguration failed (%s); retrying in %d ms",
+                name,
+                exc,
+                backoff_ms,
+            )
+            self._reconfigure_due[name] = (time.monotonic() + backoff_ms / 1000, retry)
+            return
+        self._reconfigure_due.pop(name, None)
+
+    async def _publish_task_configs(self, name: str, configs: list[dict[str, str]]) -> None:
+        if self.is_leader:
+            await self.write_task_configs(name, configs)
+            return
+        url = self.leader_url
+        if not url:
+            raise RebalanceInProgress("no leader known to send task configs to")
+        response = await self._http.post(f"{url}/connectors/{name}/tasks", json=configs)
+        if response.status_code >= 400:
+            raise HerderError(f"leader refused task configs for {name}: {response.text}")
+
+    async def write_task_configs(self, name: str, configs: list[dict[str, str]]) -> None:
+        """Leader only: fence the connector's old tasks, then write its new task set."""
+        self._require_leader()
+        await self.coordinator.init_fencing(f"connector-{name}")
+        await self._write_configs(task_config_records(name, configs))
+        log.info("connector %s: wrote %d task configs", name, len(configs))
+
+    # -- leadership -------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        gen = self.generation
+        return gen is not None and gen.is_leader and self.assignment is not None
+
+    @property
+    def leader_url(self) -> str | None:
+        return self.assignment.leader_url if self.assignment is not None else None
+
+    def _require_leader(self) -> None:
+        if not self.is_leader:
+            raise NotLeaderWorker(self.leader_url)
+
+    async def _take_leader_epoch(self, generation: Generation) -> None:
+        if self._leader_epoch is not None and self._leader_epoch[0] == generation.generation_id:
+            return
+        epoch = await self.coordinator.init_fencing(self._leader_fence_id)
+        self._leader_epoch = (generation.generation_id, epoch)
+        log.info(
+            "worker %s leads generation %d with fencing epoch %d",
+            self.worker_id,
+            generation.generation_id,
+            epoch,
+        )
+
+    @property
+    def _leader_fence_id(self) -> str:
+        return f"connect-leader-{self.config.group_id}"
+
+    async def _write_configs(self, records: list[tuple[str, bytes | None]]) -> None:
+        self._require_leader()
+        assert self._leader_epoch is not None
+        checks: list[Op] = [fencing_op(self._leader_fence_id, self._leader_epoch[1])]
+        try:
+            await self.configs.write(records, checks)
+        except CheckFailed:
+            log.error(
+                "worker %s: a newer leader took over; this one's write was fenced", self.worker_id
+            )
+            self._leader_epoch = None
+            if self.member is not None:
+                self.member.request_rejoin()
+            raise NotLeaderWorker(None) from None
+
+    # -- requests (from the REST API) -----------------------------------------------------
+
+    async def submit(self, action: Callable[[], Awaitable[T]], delay_s: float = 0.0) -> T:
+        """Run ``action`` on the herder loop, after ``delay_s``, in order of arrival."""
+        if self._stopping:
+            raise ServerStopping(f"worker {self.worker_id} is stopping")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        heapq.heappush(
+            self._requests, _Request(time.monotonic() + delay_s, next(self._seq), action, future)
+        )
+        self._wake.set()
+        return await future
+
+    def connector_names(self) -> list[str]:
+        return sorted(self.configs.snapshot().connectors)
+
+    def connector_info(self, name: str) -> dict[str, Any]:
+        snapshot = self.configs.snapshot()
+        config = snapshot.connector_config(name)
+        if config is None:
+            raise NotFound(f"Connector {name} not found")
+        return {
+            "name": name,
+            "config": config,
+            "tasks": [{"connector": t.connector, "task": t.task} for t in snapshot.tasks(name)],
+            "type": self.connector_type(config),
+        }
+
+    def connector_type(self, config: dict[str, str]) -> str:
+        from herder.connect import ConnectorType
+
+        try:
+            return ConnectorType.of(
+                self.plugins.connector_class(config.get("connector.class", ""))
+            ).value
+        except HerderError:
+            return "unknown"
+
+    async def put_connector_config(
+        self, name: str, config: dict[str, str], *, allow_replace: bool
+    ) -> tuple[bool, dict[str, Any]]:
+        """Create or update a connector (leader only). Returns (created, info)."""
+
+        async def action() -> tuple[bool, dict[str, Any]]:
+            self._require_leader()
+            await self.configs.read_to_end()
+            exists = name in self.configs.snapshot()
+            if exists and not allow_replace:
+                raise AlreadyExists(f"Connector {name} already exists")
+            self.validate_connector_config(config)
+            await self._write_configs([connector_config_record(name, config)])
+            await self.configs.read_to_end()
+            return not exists, self.connector_info(name)
+
+        return await self.submit(action)
+
+    def validate_connector_config(self, config: dict[str, str]) -> None:
+        """Refuse a config with one error naming each bad key (REST 400)."""
+        problems: list[str] = []
+        class_name = config.get("connector.class", "")
+        if not class_name:
+            problems.append(
+                'Missing required configuration "connector.class" which has no default value.'
+            )
+        else:
+            try:
+                klass = self.plugins.connector_class(class_name)
+            except HerderError as exc:
+                problems.append(str(exc))
+            else:
+                values = klass().validate(config)
+                problems += [
+                    f"{key}: {err}" for key, value in values.items() for err in value.errors
+                ]
+        tasks_max = config.get("tasks.max", "1")
+        if not tasks_max.isdigit() or int(tasks_max) < 1:
+            problems.append(
+                f"Invalid value {tasks_max} for configuration tasks.max: must be at least 1"
+            )
+        if problems:
+            raise ConfigError(
+                "Connector configuration is invalid and contains the following "
+                f"{len(problems)} error(s):\n" + "\n".join(problems)
+            )
+
+    async def delete_connector(self, name: str) -> None:
+        async def action() -> None:
+            self._require_leader()
+            await self.configs.read_to_end()
+            if name not in self.configs.snapshot():
+                raise NotFound(f"Connector {name} not found")
+            await self._write_configs([connector_removal_record(name)])
+            await self.configs.read_to_end()
+
+        await self.submit(action)
+
+    async def set_target_state(self, name: str, state: TargetState) -> None:
+        async def action() -> None:
+            self._require_leader()
+            await self.configs.read_to_end()
+            if name not in self.configs.snapshot():
+                raise NotFound(f"Connector {name} not found")
+            await self._write_configs([target_state_record(name, state)])
+
+        await self.submit(action)
+
+    async def put_task_configs(self, name: str, configs: list[dict[str, str]]) -> None:
+        async def action() -> None:
+            self._require_leader()
+            if name not in self.configs.snapshot():
+                raise NotFound(f"Connector {name} not found")
+            await self.write_task_configs(name, configs)
+
+        await self.submit(action)
+
+    def connector_status(self, name: str) -> dict[str, Any]:
+        snapshot = self.configs.snapshot()
+        config = snapshot.connector_config(name)
+        if config is None:
+            raise NotFound(f"No status found for connector {name}")
+        view = self.statuses.view
+        status = view.connector(name)
+        tasks = []
+        for task_id in snapshot.tasks(name):
+            tasks.append(self._task_status_json(task_id))
+        return {
+            "name": name,
+            "connector": {
+                "state": status.state.value if status else State.UNASSIGNED.value,
+                "worker_id": status.worker_id if status else "",
+                **({"trace": status.trace} if status and status.trace else {}),
+            },
+            "tasks": tasks,
+            "type": self.connector_type(config),
+        }
+
+    def _task_status_json(self, task_id: ConnectorTaskId) -> dict[str, Any]:
+        status = self.statuses.view.task(task_id)
+        return {
+            "id": task_id.task,
+            "state": status.state.value if status else State.UNASSIGNED.value,
+            "worker_id": status.worker_id if status else "",
+            **({"trace": status.trace} if status and status.trace else {}),
+        }
+
+    def task_status(self, name: str, task: int) -> dict[str, Any]:
+        snapshot = self.configs.snapshot()
+        task_id = ConnectorTaskId(name, task)
+        if name not in snapshot or task_id not in snapshot.tasks(name):
+            raise NotFound(f"No status found for task {name}-{task}")
+        return self._task_status_json(task_id)
+
+    def task_configs(self, name: str) -> list[dict[str, Any]]:
+        snapshot = self.configs.snapshot()
+        if name not in snapshot:
+            raise NotFound(f"Connector {name} not found")
+        return [
+            {"id": {"connector": t.connector, "task": t.task}, "config": snapshot.task_config(t)}
+            for t in snapshot.tasks(name)
+        ]

@@ -1,0 +1,132 @@
+"""A worker's configuration, with Kafka Connect's names wherever Connect has one."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from herder.config import ConfigDef, Importance, Range, Type, ValidString
+from herder.runtime.stores import DEFAULT_CONFIG_LOG, DEFAULT_OFFSET_LOG, DEFAULT_STATUS_LOG
+
+WORKER_CONFIG = (
+    ConfigDef()
+    .define(
+        "group.id",
+        Type.STRING,
+        importance=Importance.HIGH,
+        documentation="The worker group this worker belongs to.",
+    )
+    .define(
+        "bootstrap.servers",
+        Type.LIST,
+        default="127.0.0.1:2191",
+        importance=Importance.HIGH,
+        documentation="Ensemble servers' client addresses, host:port, comma-separated.",
+    )
+    .define(
+        "listeners",
+        Type.LIST,
+        default="",
+        importance=Importance.LOW,
+        documentation="REST listener, e.g. http://127.0.0.1:8083 (wins over rest.port).",
+    )
+    .define("rest.host.name", Type.STRING, default="0.0.0.0", importance=Importance.LOW,
+            documentation="Address the REST API binds to.")
+    .define("rest.port", Type.INT, default=8083, validator=Range.between(0, 65535),
+            importance=Importance.LOW, documentation="Port of the REST API (0 picks one).")
+    .define("rest.advertised.host.name", Type.STRING, default="", importance=Importance.LOW,
+            documentation="Host name other workers use to reach this one's REST API.")
+    .define("rest.advertised.port", Type.INT, default=-1, importance=Importance.LOW,
+            documentation="Port other workers use to reach this one's REST API.")
+    .define("session.timeout.ms", Type.INT, default=10_000, validator=Range.at_least(1),
+            importance=Importance.HIGH,
+            documentation="How long the group waits for a silent worker before rebalancing.")
+    .define("heartbeat.interval.ms", Type.INT, default=3_000, validator=Range.at_least(1),
+            importance=Importance.HIGH, documentation="How often a worker heartbeats.")
+    .define("rebalance.timeout.ms", Type.INT, default=60_000, validator=Range.at_least(1),
+            importance=Importance.HIGH,
+            documentation="How long workers get to rejoin once a rebalance began.")
+    .define("worker.sync.timeout.ms", Type.INT, default=3_000, validator=Range.at_least(0),
+            importance=Importance.MEDIUM,
+            documentation="How long a worker behind the config log tries to catch up.")
+    .define("worker.unsync.backoff.ms", Type.INT, default=300_000, validator=Range.at_least(0),
+            importance=Importance.MEDIUM,
+            documentation="How long a worker that could not catch up waits before rejoining.")
+    .define("task.shutdown.graceful.timeout.ms", Type.INT, default=5_000,
+            validator=Range.at_least(0), importance=Importance.LOW,
+            documentation="How long to wait for tasks to stop before giving up on them.")
+    .define("config.storage.topic", Type.STRING, default=DEFAULT_CONFIG_LOG,
+            importance=Importance.HIGH, documentation="Ensemble log of connector configs.")
+    .define("offset.storage.topic", Type.STRING, default=DEFAULT_OFFSET_LOG,
+            importance=Importance.HIGH, documentation="Ensemble log of source offsets.")
+    .define("status.storage.topic", Type.STRING, default=DEFAULT_STATUS_LOG,
+            importance=Importance.HIGH, documentation="Ensemble log of statuses.")
+    .define("connect.protocol", Type.STRING, default="eager",
+            validator=ValidString.in_("eager"), importance=Importance.LOW,
+            documentation="The worker group protocol; only eager is supported.")
+    .define("storage.root", Type.STRING, default="", importance=Importance.HIGH,
+            documentation="Where topic data lives: a local path or a Hadoop filesystem URI.")
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    group_id: str
+    bootstrap: list[str]
+    rest_host: str
+    rest_port: int
+    advertised_host: str
+    advertised_port: int
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    rebalance_timeout_ms: int
+    worker_sync_timeout_ms: int
+    worker_unsync_backoff_ms: int
+    task_shutdown_timeout_ms: int
+    config_log: str
+    offset_log: str
+    status_log: str
+    storage_root: str
+    originals: dict[str, str]
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> WorkerConfig:
+        known = {k: v for k, v in props.items() if k in WORKER_CONFIG}
+        v = WORKER_CONFIG.parse(known)
+        rest_host, rest_port = v["rest.host.name"], v["rest.port"]
+        for listener in v["listeners"]:
+            _, _, hostport = listener.rpartition("://")
+            host, _, port = hostport.rpartition(":")
+            rest_host, rest_port = host or rest_host, int(port)
+            break
+        return cls(
+            group_id=v["group.id"],
+            bootstrap=v["bootstrap.servers"],
+            rest_host=rest_host,
+            rest_port=rest_port,
+            advertised_host=v["rest.advertised.host.name"],
+            advertised_port=v["rest.advertised.port"],
+            session_timeout_ms=v["session.timeout.ms"],
+            heartbeat_interval_ms=v["heartbeat.interval.ms"],
+            rebalance_timeout_ms=v["rebalance.timeout.ms"],
+            worker_sync_timeout_ms=v["worker.sync.timeout.ms"],
+            worker_unsync_backoff_ms=v["worker.unsync.backoff.ms"],
+            task_shutdown_timeout_ms=v["task.shutdown.graceful.timeout.ms"],
+            config_log=v["config.storage.topic"],
+            offset_log=v["offset.storage.topic"],
+            status_log=v["status.storage.topic"],
+            storage_root=v["storage.root"],
+            originals={str(k): str(val) for k, val in props.items()},
+        )
+
+    def advertised_url(self, bound_port: int) -> str:
+        host = self.advertised_host or self.rest_host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.gethostname() if self.rest_host not in ("0.0.0.0", "::") else "127.0.0.1"
+        port = self.advertised_port if self.advertised_port > 0 else bound_port
+        return f"http://{host}:{port}"
+
+    def spark_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.originals.items() if k.startswith("spark.")}
