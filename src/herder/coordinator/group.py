@@ -322,4 +322,6 @@ class Group:
             protocol_type=self.protocol_type or "",
             protocol=protocol or "",
             members=members,
+            generation_id=self.generation_id,
+            leader=self.leader_id or "",
         )

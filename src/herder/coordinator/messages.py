@@ -192,6 +192,9 @@ class DescribedGroup(msgspec.Struct, kw_only=True):
     protocol_type: str = ""
     protocol: str = ""
     members: list[DescribedMember] = []
+    #: the current generation (0 before the first) and its leader ("" when none)
+    generation_id: int = -1
+    leader: str = ""
 
 
 class DescribeGroupsResponse(msgspec.Struct, kw_only=True):
