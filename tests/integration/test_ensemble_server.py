@@ -112,7 +112,9 @@ def test_bad_clients_leave_the_server_serving(ensemble_server: ServerHandle) -> 
                 b"\x00\x00",
             ]
             status = await good.status()
-            assert status.role == "standalone" and status.logs == 1
+            names = {info.name for info in await good.list_logs()}
+            assert status.role == "standalone" and status.logs == len(names)
+            assert {"fine", "_groups", "_fencing"} <= names
 
     asyncio.run(scenario())
     assert ensemble_server.proc is not None and ensemble_server.proc.alive()
