@@ -31,7 +31,8 @@ class Member:
     ``awaiting_join`` and ``awaiting_sync`` hold the callbacks of a JoinGroup parked
     until the rebalance completes and of a SyncGroup parked until the leader's
     assignment is stored. A member with either is alive by definition: its session
-    timer does not expire it while the coordinator owes it an answer.
+    timer does not expire it while the coordinator owes it an answer. Its group parks
+    and unparks the JoinGroup (``Group.park_join``), since it counts who is waiting.
     """
 
     member_id: str

@@ -134,14 +134,13 @@ class Membership:
         protocols: list[SupportedProtocol],
         respond: JoinCallback,
     ) -> None:
-        if member.awaiting_join is not None:
+        superseded = group.park_join(member, respond)
+        if superseded is not None:
             # every request is answered exactly once: the one this rejoin replaces too
-            superseded = member.awaiting_join
             self._join_error(superseded, member.member_id, ErrorCode.REBALANCE_IN_PROGRESS)
-        member.protocols = protocols
+        group.update_protocols(member, protocols)
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
-        member.awaiting_join = respond
         self._rebalancer.maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
 
     def _join_error(self, respond: JoinCallback, member_id: str, error: ErrorCode) -> None:

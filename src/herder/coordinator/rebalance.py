@@ -114,8 +114,7 @@ class Rebalancer:
             group.member_ids,
         )
         for member in group.members:
-            respond = member.awaiting_join
-            member.awaiting_join = None
+            respond = group.unpark_join(member)
             if respond is not None:
                 self._ctx.reply(respond, group.join_response(member.member_id))
             self.schedule_session(group, member)
@@ -238,16 +237,16 @@ class Rebalancer:
     def remove_member(self, group: Group, member: Member, error: ErrorCode) -> None:
         """Remove a member, answering whatever it is still waiting for with ``error``."""
         group.remove(member.member_id)
-        self._release(member, error)
+        self._release(group, member, error)
 
-    def _release(self, member: Member, error: ErrorCode) -> None:
+    def _release(self, group: Group, member: Member, error: ErrorCode) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None
-        if member.awaiting_join is not None:
+        parked_join = group.unpark_join(member)
+        if parked_join is not None:
             response = JoinGroupResponse(error_code=error, member_id=member.member_id)
-            self._ctx.reply(member.awaiting_join, response)
-            member.awaiting_join = None
+            self._ctx.reply(parked_join, response)
         if member.awaiting_sync is not None:
             self._ctx.reply(member.awaiting_sync, SyncGroupResponse(error_code=error))
             member.awaiting_sync = None
@@ -269,4 +268,4 @@ class Rebalancer:
         group.pending_members.clear()
         group.pending_sync.clear()
         for member in group.members:
-            self._release(member, error)
+            self._release(group, member, error)

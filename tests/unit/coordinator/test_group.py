@@ -93,7 +93,7 @@ def test_the_first_member_leads_and_a_rejoined_member_takes_over() -> None:
     for member_id in "abc":
         group.add(member(member_id, "range"))
     assert group.leader_id == "a"
-    group.get("c").awaiting_join = lambda response: None
+    group.park_join(group.get("c"), lambda response: None)
     group.remove("a")
     assert group.leader_id == "c"
     group.remove("c")
@@ -107,12 +107,12 @@ def test_next_generation_needs_every_member_rejoined_and_picks_a_protocol() -> N
     group.add(member("a", "range", rebalance_ms=500))
     group.add(member("b", "range", rebalance_ms=900))
     assert group.rebalance_timeout_ms == 900
-    group.get("a").awaiting_join = lambda response: None
+    group.park_join(group.get("a"), lambda response: None)
     assert not group.has_all_members_joined
     with pytest.raises(ValueError, match="did not rejoin"):
         group.init_next_generation(0)
 
-    group.get("b").awaiting_join = lambda response: None
+    group.park_join(group.get("b"), lambda response: None)
     group.pending_members["x"] = TimerQueue().schedule(0, lambda: None)
     assert not group.has_all_members_joined  # an issued id that may still come back
     del group.pending_members["x"]
@@ -135,7 +135,7 @@ def test_a_stored_group_comes_back_stable_with_its_assignments() -> None:
     group.add(member("a", "range", "sticky"))
     group.add(member("b", "sticky", "range"))
     for m in group.members:
-        m.awaiting_join = lambda response: None
+        group.park_join(m, lambda response: None)
     group.init_next_generation(0)
     record = group.to_record({"a": b"A", "b": b"B"}, 42)
 
@@ -151,7 +151,7 @@ def test_a_stored_group_comes_back_stable_with_its_assignments() -> None:
 def test_describe_shows_metadata_and_assignments_only_when_stable() -> None:
     group = group_in(P)
     group.add(member("a", "range"))
-    group.get("a").awaiting_join = lambda response: None
+    group.park_join(group.get("a"), lambda response: None)
     group.init_next_generation(0)
     described = group.describe()
     assert described.state == "CompletingRebalance"

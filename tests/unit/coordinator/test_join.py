@@ -282,3 +282,29 @@ def test_a_client_may_rejoin_from_inside_its_response_callback() -> None:
 def test_an_unknown_request_type_is_a_programming_error() -> None:
     with pytest.raises(TypeError, match="not a group coordinator request"):
         Harness().coordinator.handle(object(), 0, lambda response: None)  # type: ignore[arg-type]
+
+
+def test_a_member_changing_its_protocols_changes_what_the_group_accepts() -> None:
+    h = Harness()
+    both = (("range", b"r"), ("sticky", b"s"))
+    formed = h.form_group("g", 2, protocols=both)
+    follower = h.join("g", formed.followers[0], protocols=(("sticky", b"s2"),))
+    leader = h.join("g", formed.leader, protocols=both)
+    assert follower.value.protocol_name == "sticky" and leader.value.protocol_name == "sticky"
+    assert h.join("g", protocols=(("range", b""),)).error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert h.join("g", protocols=(("sticky", b""),)).error == ErrorCode.MEMBER_ID_REQUIRED
+
+
+def test_ten_thousand_members_share_one_timer_queue() -> None:
+    """Every member has a session deadline, and they all live in one heap."""
+    h = Harness()
+    formed = h.form_group("big", 10_000, session_ms=60_000)
+    assert len(h.group("big").members) == 10_000
+    assert h.state("big") is GroupState.STABLE
+    # a session timer per member, and the offset expiry
+    assert len(h.coordinator._ctx.timers) == 10_000 + 1
+    h.advance(59_999)
+    assert len(h.group("big").members) == 10_000
+    h.advance(1)
+    assert h.state("big") is GroupState.EMPTY
+    assert h.group("big").generation_id == formed.generation + 1

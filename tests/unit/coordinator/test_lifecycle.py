@@ -232,3 +232,13 @@ def test_an_offsets_only_group_expires_by_its_commit_times_after_a_reload() -> N
     coordinator, _ = loaded_copy(h, h.now + retention // 2)
     coordinator.tick(h.now + retention + coordinator.config.offsets_retention_check_interval_ms)
     assert coordinator.group("admin") is None
+
+
+def test_a_store_completing_one_write_twice_is_refused_loudly() -> None:
+    h = Harness(deferred=True)
+    reply = h.commit("g", {("t", 0): 1})
+    write = h.store.pending.popleft()
+    write.callback(ErrorCode.NONE, 1)
+    with pytest.raises(RuntimeError, match="completed one write twice"):
+        write.callback(ErrorCode.NONE, 2)
+    assert len(reply.responses) == 1
