@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
@@ -54,6 +51,12 @@ from herder.runtime.protocol import (
     encode_assignment,
     encode_metadata,
 )
+from herder.runtime.rules import (
+    AfterRebalance,
+    ReconfigurationSchedule,
+    RequestQueue,
+    after_rebalance,
+)
 from herder.runtime.status import State
 from herder.runtime.stores import ConfigStore, OffsetStore, StatusStore
 from herder.runtime.worker import ExecutionFactory, Worker
@@ -62,9 +65,6 @@ from herder.runtime.worker_config import WorkerConfig
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-RECONFIGURE_BACKOFF_MS = 250
-RECONFIGURE_BACKOFF_MAX_MS = 60_000
 
 
 class NotLeaderWorker(HerderError):
@@ -87,12 +87,11 @@ class AlreadyExists(HerderError):
     """A connector of that name already exists (REST 409)."""
 
 
-@dataclass(order=True)
-class _Request:
-    due: float
-    seq: int
-    action: Callable[[], Awaitable[Any]] = field(compare=False)
-    future: asyncio.Future[Any] = field(compare=False)
+_Request = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any]"]
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 class DistributedHerder:
@@ -134,10 +133,9 @@ class DistributedHerder:
         self._applied = ClusterConfigSnapshot.EMPTY
         self._pending_assignment: tuple[Generation, Assignment] | None = None
         self._config_dirty = False
-        self._reconfigure_due: dict[str, tuple[float, int]] = {}
+        self._reconfigure = ReconfigurationSchedule()
         self._leader_epoch: tuple[int, int] | None = None  # (generation, epoch)
-        self._requests: list[_Request] = []
-        self._seq = itertools.count()
+        self._requests: RequestQueue[_Request] = RequestQueue()
         self._wake = asyncio.Event()
         self._work_lock = asyncio.Lock()
         self._stopping = False
@@ -183,10 +181,9 @@ class DistributedHerder:
             await self.worker.stop_all()
         if self.member is not None:
             await self.member.close(leave=True)
-        for request in self._requests:
-            if not request.future.done():
-                request.future.set_exception(ServerStopping(f"worker {self.worker_id} is stopping"))
-        self._requests.clear()
+        for _, future in self._requests.drain():
+            if not future.done():
+                future.set_exception(ServerStopping(f"worker {self.worker_id} is stopping"))
         for store in (self.configs, self.offsets, self.statuses):
             await store.stop()
         await self.coordinator.close()
@@ -221,7 +218,7 @@ class DistributedHerder:
         self._wake.set()
 
     def _request_reconfiguration(self, name: str) -> None:
-        self._reconfigure_due.setdefault(name, (time.monotonic(), RECONFIGURE_BACKOFF_MS))
+        self._reconfigure.request(name, _now_ms())
         self._wake.set()
 
     # -- the loop ---------------------------------------------------------------------
@@ -241,10 +238,12 @@ class DistributedHerder:
                 await asyncio.sleep(0.5)
 
     def _next_due(self) -> float | None:
-        now = time.monotonic()
-        dues = [r.due for r in self._requests[:1]]
-        dues += [due for due, _ in self._reconfigure_due.values()]
-        return max(0.0, min(dues) - now) if dues else None
+        dues = [
+            d
+            for d in (self._requests.next_due_ms(), self._reconfigure.next_due_ms())
+            if d is not None
+        ]
+        return max(0.0, (min(dues) - _now_ms()) / 1000) if dues else None
 
     async def _tick(self) -> None:
         if self._pending_assignment is not None:
@@ -254,35 +253,38 @@ class DistributedHerder:
         if self._config_dirty and self.assignment is not None:
             self._config_dirty = False
             await self._handle_config_update()
-        now = time.monotonic()
-        for name, (due, backoff) in list(self._reconfigure_due.items()):
-            if due <= now:
-                await self._reconfigure(name, backoff)
-        while self._requests and self._requests[0].due <= time.monotonic():
-            request = heapq.heappop(self._requests)
+        for name in self._reconfigure.due(_now_ms()):
+            await self._reconfigure_tasks(name)
+        while (request := self._requests.pop_due(_now_ms())) is not None:
+            action, future = request
             try:
-                request.future.set_result(await request.action())
+                result = await action()
             except Exception as exc:
-                if not request.future.done():
-                    request.future.set_exception(exc)
+                if not future.done():
+                    future.set_exception(exc)
+            else:
+                if not future.done():
+                    future.set_result(result)
 
     async def _handle_assignment(self, generation: Generation, assignment: Assignment) -> None:
         member = self.member
         assert member is not None
         self.generation = generation
         self.worker.generation = generation.generation_id
-        if assignment.failed:
+        decision = after_rebalance(assignment, self.configs.snapshot().offset)
+        if decision is AfterRebalance.CATCH_UP_AND_REJOIN:
             log.warning(
                 "worker %s: assignment failed (config mismatch); catching up", self.worker_id
             )
             await self._catch_up_or_back_off()
             member.request_rejoin()
             return
-        behind = assignment.config_offset > self.configs.snapshot().offset
-        if behind and not await self._catch_up_or_back_off(assignment.config_offset):
-            member.request_rejoin()
-            return
-        if self.configs.snapshot().offset > assignment.config_offset:
+        if decision is AfterRebalance.CATCH_UP_THEN_START:
+            if not await self._catch_up_or_back_off(assignment.config_offset):
+                member.request_rejoin()
+                return
+            decision = after_rebalance(assignment, self.configs.snapshot().offset)
+        if decision is AfterRebalance.REJOIN:
             log.info("worker %s: configs moved on since the assignment; rejoining", self.worker_id)
             member.request_rejoin()
             return
@@ -390,14 +392,12 @@ class DistributedHerder:
 
     # -- task configs -------------------------------------------------------------------
 
-    async def _reconfigure(self, name: str, backoff_ms: int) -> None:
+    async def _reconfigure_tasks(self, name: str) -> None:
         snapshot = self.configs.snapshot()
         config = snapshot.connector_config(name)
-        if name not in self.worker.connectors or config is None:
-            self._reconfigure_due.pop(name, None)
-            return
-        if snapshot.target_state(name) is TargetState.STOPPED:
-            self._reconfigure_due.pop(name, None)
+        stopped = snapshot.target_state(name) is TargetState.STOPPED
+        if name not in self.worker.connectors or config is None or stopped:
+            self._reconfigure.succeeded(name)
             return
         try:
             max_tasks = int(config.get("tasks.max", "1"))
@@ -405,16 +405,15 @@ class DistributedHerder:
             if wanted != snapshot.task_configs(name) or name in snapshot.inconsistent:
                 await self._publish_task_configs(name, wanted)
         except Exception as exc:
-            retry = min(backoff_ms * 2, RECONFIGURE_BACKOFF_MAX_MS)
+            delay = self._reconfigure.failed(name, _now_ms())
             log.warning(
                 "connector %s: task reconfiguration failed (%s); retrying in %d ms",
                 name,
                 exc,
-                backoff_ms,
+                delay,
             )
-            self._reconfigure_due[name] = (time.monotonic() + backoff_ms / 1000, retry)
             return
-        self._reconfigure_due.pop(name, None)
+        self._reconfigure.succeeded(name)
 
     async def _publish_task_configs(self, name: str, configs: list[dict[str, str]]) -> None:
         if self.is_leader:
@@ -487,9 +486,7 @@ class DistributedHerder:
         if self._stopping:
             raise ServerStopping(f"worker {self.worker_id} is stopping")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        heapq.heappush(
-            self._requests, _Request(time.monotonic() + delay_s, next(self._seq), action, future)
-        )
+        self._requests.push((action, future), _now_ms(), int(delay_s * 1000))
         self._wake.set()
         return await future
 
