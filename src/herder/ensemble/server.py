@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from functools import partial
 import time
 from collections.abc import Sequence
+from functools import partial
 
 from herder.ensemble import apis
 from herder.ensemble.config import EnsembleConfig
-from herder.ensemble.services import LeaderService
 from herder.ensemble.pipeline import StandalonePipeline
+from herder.ensemble.services import LeaderService
 from herder.ensemble.sessions import SessionIdAllocator, SessionTracker
 from herder.ensemble.state import StateMachine
 from herder.ensemble.storage.committer import GroupCommitter
@@ -203,7 +203,7 @@ class EnsembleServer:
         zxid = self.state.last_zxid
         payload = self.state.snapshot()
         try:
-            await asyncio.to_thread(self.storage.write_snapshot, zxid, payload)
+            await self._committer.exclusive(self.storage.write_snapshot, zxid, payload)
             self._snapshots_taken += 1
             log.info("snapshot at zxid %s (%d bytes)", format_zxid(zxid), len(payload))
         except Exception:

@@ -64,6 +64,16 @@ async def test_durable_waits_for_a_later_append() -> None:
     assert await waiting >= zx(2)
 
 
+async def test_a_sync_made_elsewhere_also_releases_waiters() -> None:
+    storage = open_sim(SimulatedFileSystem())
+    committer = GroupCommitter(storage)
+    waiting = committer.append(zx(1), b"one")
+    storage.sync()  # e.g. a snapshot being written syncs the log first
+
+    assert await asyncio.wait_for(waiting, timeout=10) == zx(1)
+    assert committer.syncs == 0
+
+
 async def test_flush_covers_appends_nobody_awaited() -> None:
     fs = SimulatedFileSystem()
     storage = open_sim(fs)

@@ -78,10 +78,10 @@ class CrashingStorage(RuleBasedStateMachine):
         else:
             self._reopen([before])
 
-    @precondition(lambda self: max(1, *self.snapshots) <= len(self.history))
+    @precondition(lambda self: max({1} | self.snapshots) <= len(self.history))
     @rule(data=st.data(), cut=cuts, seed=seeds)
     def snapshot(self, data: st.DataObject, cut: int | None, seed: int) -> None:
-        upto = data.draw(st.integers(max(1, *self.snapshots), len(self.history)))
+        upto = data.draw(st.integers(max({1} | self.snapshots), len(self.history)))
         covered = self.history[:upto]
         before = (self.history, self.synced)
         write = lambda: self.storage.write_snapshot(covered[-1].zxid, snapshot_payload(covered))  # noqa: E731
@@ -164,8 +164,8 @@ class CrashingStorage(RuleBasedStateMachine):
 
 
 CrashingStorage.TestCase.settings = settings(
-    max_examples=150,
-    stateful_step_count=40,
+    max_examples=60,
+    stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

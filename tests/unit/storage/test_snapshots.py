@@ -11,7 +11,7 @@ import pytest
 from herder.ensemble.storage import SimulatedFileSystem, SnapshotPolicy, SnapshotSyncRequired
 from herder.ensemble.storage.snapshots import decode_snapshot, encode_snapshot
 
-from .support import DATA, fill, log_path, open_sim, payload, zx
+from .support import DATA, PowerCut, WrappedFileSystem, fill, log_path, open_sim, payload, zx
 
 pytestmark = pytest.mark.unit
 
@@ -230,6 +230,40 @@ def test_install_snapshot_replaces_the_whole_history() -> None:
     reopened = open_sim(fs)
     assert reopened.recovery.snapshot == (zx(7, epoch=2), b"leader@2:7")
     assert [t.zxid for t in reopened.recovery.transactions] == [zx(8, epoch=2)]
+
+
+class _CutsPowerOnLogRemoval(WrappedFileSystem):
+    armed = False
+
+    def remove(self, path: str) -> None:
+        if self.armed and os.path.basename(path).startswith("log."):
+            raise PowerCut
+        super().remove(path)
+
+
+def test_an_install_interrupted_by_a_crash_is_finished_on_restart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fs = SimulatedFileSystem()
+    disk = _CutsPowerOnLogRemoval(fs)
+    storage = open_sim(disk)
+    fill(storage, range(1, 21))
+    storage.write_snapshot(zx(10), b"mine@10")
+    disk.armed = True
+    with pytest.raises(PowerCut):  # the leader's snapshot is written, the old log still there
+        storage.install_snapshot(zx(3, epoch=2), b"leader@2:3")
+    fs.crash()
+
+    with caplog.at_level(logging.WARNING):
+        reopened = open_sim(fs)
+
+    assert "finishing the install" in caplog.text
+    assert reopened.recovery.snapshot == (zx(3, epoch=2), b"leader@2:3")
+    assert reopened.recovery.transactions == []
+    assert names(fs, "log.") == []
+    assert names(fs, "snapshot.") == [f"snapshot.{zx(3, epoch=2):x}"]
+    with pytest.raises(SnapshotSyncRequired):  # the old history is gone for good
+        reopened.truncate_to(zx(15))
 
 
 def test_snapshot_policy_staggers_snapshots_like_zookeeper() -> None:

@@ -19,7 +19,10 @@ import asyncio
 import heapq
 import itertools
 import logging
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,7 @@ class GroupCommitter:
         self._order = itertools.count()
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
+        self._exclusive: asyncio.Lock | None = None
         #: fsync rounds run so far (each covers every record appended before it started)
         self.syncs = 0
 
@@ -81,16 +85,21 @@ class GroupCommitter:
         return await self.durable(self._log.last_zxid)
 
     def _start(self) -> None:
+        if self._exclusive is not None and self._exclusive.locked():
+            return  # the maintenance in progress restarts syncing when it is done
         if self._task is None and self._log.last_zxid > self._log.durable_zxid:
             self._task = asyncio.get_running_loop().create_task(self._sync_until_idle())
 
     async def _sync_until_idle(self) -> None:
         try:
-            # checked and left without an await in between, so no append is ever stranded
-            while self._log.last_zxid > self._log.durable_zxid:
-                durable = await asyncio.to_thread(self._log.sync)
+            while True:
+                # another thread's sync (a snapshot's, say) may have covered waiters too
+                self._wake(self._log.durable_zxid)
+                # checked and left without an await in between: no append is stranded
+                if self._log.last_zxid <= self._log.durable_zxid:
+                    break
+                await asyncio.to_thread(self._log.sync)
                 self.syncs += 1
-                self._wake(durable)
         except asyncio.CancelledError:
             for _, _, future in self._waiters:
                 future.cancel()
@@ -107,12 +116,35 @@ class GroupCommitter:
             self._waiters.clear()
         finally:
             self._task = None
+            # a sync made by someone else (a snapshot) may have covered late waiters
+            self._wake(self._log.durable_zxid)
 
     def _wake(self, durable: int) -> None:
         while self._waiters and self._waiters[0][0] <= durable:
             future = heapq.heappop(self._waiters)[2]
             if not future.done():
                 future.set_result(durable)
+
+    async def exclusive(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` in a thread while no fsync of ours runs (snapshots, purges).
+
+        Appends go on meanwhile; they are synced when ``fn`` returns. Waiters that
+        ``fn`` itself made durable (a snapshot syncs the log first) are woken too.
+        """
+        if self._exclusive is None:
+            self._exclusive = asyncio.Lock()
+        async with self._exclusive:
+            if self._task is not None:
+                await asyncio.shield(self._task)
+            try:
+                return await asyncio.to_thread(fn, *args)
+            finally:
+                self._wake(self._log.durable_zxid)
+                self._start_after_exclusive()
+
+    def _start_after_exclusive(self) -> None:
+        if self._task is None and self._log.last_zxid > self._log.durable_zxid:
+            self._task = asyncio.get_running_loop().create_task(self._sync_until_idle())
 
     async def close(self) -> None:
         """Wait for the fsync in flight (and any it leads to) to finish."""

@@ -30,6 +30,8 @@ HEADER = struct.Struct(">IIQ")
 HEADER_SIZE = HEADER.size
 _ZXID = struct.Struct(">Q")
 _ZXID_SIZE = _ZXID.size
+#: the bytes a frame's length does not count
+_LENGTH_AND_CRC = HEADER_SIZE - _ZXID_SIZE
 
 
 class Txn(NamedTuple):
@@ -69,23 +71,21 @@ class Scan:
     damage: Damage | None = None
 
 
-def _check(data: bytes, pos: int, after_zxid: int) -> tuple[int, int, str | None]:
-    """``(zxid, end, problem)`` for the frame at ``pos``; ``problem`` None if it is valid."""
+def _check(data: bytes, pos: int) -> tuple[int, int, str | None]:
+    """``(zxid, end, problem)`` for the frame at ``pos``; ``problem`` None if it is intact."""
     length, crc, zxid = HEADER.unpack_from(data, pos)
-    end = pos + 8 + length
+    end = pos + _LENGTH_AND_CRC + length
     if length < _ZXID_SIZE:
         return zxid, end, f"impossible record length {length}"
     if end > len(data):
         return zxid, end, "incomplete record"
-    if google_crc32c.value(data[pos + 8 : end]) != crc:
+    if google_crc32c.value(data[pos + _LENGTH_AND_CRC : end]) != crc:
         return zxid, end, "checksum mismatch"
-    if zxid <= after_zxid:
-        return zxid, end, f"zxid {zxid:#x} does not follow {after_zxid:#x}"
     return zxid, end, None
 
 
 def _valid_frame_after(data: bytes, damaged: int, claimed_end: int, after_zxid: int) -> bool:
-    """Whether any valid frame with a later zxid starts past offset ``damaged``.
+    """Whether an intact frame with a zxid above ``after_zxid`` starts past ``damaged``.
 
     A stray match needs a plausible length, a larger zxid *and* a matching CRC32C, so a
     false positive is practically impossible. The damaged frame's own claimed end is
@@ -97,8 +97,9 @@ def _valid_frame_after(data: bytes, damaged: int, claimed_end: int, after_zxid: 
     if damaged < claimed_end <= limit:
         candidates = itertools.chain([claimed_end], candidates)
     for pos in candidates:
-        length = HEADER.unpack_from(data, pos)[0]
-        if _ZXID_SIZE <= length <= len(data) - pos - 8 and _check(data, pos, after_zxid)[2] is None:
+        length, _, zxid = HEADER.unpack_from(data, pos)
+        plausible = _ZXID_SIZE <= length <= len(data) - pos - _LENGTH_AND_CRC
+        if plausible and zxid > after_zxid and _check(data, pos)[2] is None:
             return True
     return False
 
@@ -114,11 +115,14 @@ def scan(data: bytes, after_zxid: int, *, until: int | None = None) -> Scan:
     txns: list[Txn] = []
     pos, last, size = 0, after_zxid, len(data)
     problem: str | None = None
+    out_of_order = False
     claimed_end = pos
     while pos + HEADER_SIZE <= size and (until is None or last < until):
         if HEADER.unpack_from(data, pos)[0] == 0:
             break
-        zxid, claimed_end, problem = _check(data, pos, last)
+        zxid, claimed_end, problem = _check(data, pos)
+        if problem is None and zxid <= last:
+            problem, out_of_order = f"zxid {zxid:#x} does not follow {last:#x}", True
         if problem is not None or (until is not None and zxid > until):
             break
         txns.append(Txn(zxid, data[pos + HEADER_SIZE : claimed_end]))
@@ -130,6 +134,6 @@ def scan(data: bytes, after_zxid: int, *, until: int | None = None) -> Scan:
         if data.count(0, pos) == size - pos:
             return Scan(txns, pos, last)
         problem = "unexpected bytes after the last record"
-    # a valid frame whose zxid goes backwards is no torn write: something wrote it
-    followed = problem.startswith("zxid") or _valid_frame_after(data, pos, claimed_end, last)
+    # an intact frame whose zxid goes backwards is no torn write: something wrote it
+    followed = out_of_order or _valid_frame_after(data, pos, claimed_end, last)
     return Scan(txns, pos, last, Damage(pos, problem, followed))

@@ -27,7 +27,13 @@ from herder.ensemble.storage.epochs import Epochs
 from herder.ensemble.storage.files import FileLock, FileSystem, OsFileSystem, read_all
 from herder.ensemble.storage.frames import Txn
 from herder.ensemble.storage.snapshots import Snapshot, SnapshotStore
-from herder.ensemble.storage.txnlog import DEFAULT_FILE_SIZE, RECOVER, TxnLog
+from herder.ensemble.storage.txnlog import (
+    DEFAULT_FILE_SIZE,
+    LOG_PREFIX,
+    RECOVER,
+    TxnLog,
+    parse_zxid_name,
+)
 from herder.errors import CorruptStorage, HerderError, StorageLocked
 
 log = logging.getLogger(__name__)
@@ -112,6 +118,8 @@ class Storage:
             snapshots = SnapshotStore(fs, data_dir)
             snapshots.remove_temporaries()
             snapshot = _newest_snapshot(fs, snapshots, data_dir, log_dir)
+            if snapshots.is_installed(snapshot.zxid):
+                _forget_history_before(fs, snapshots, log_dir, snapshot.zxid)
             txnlog, transactions = TxnLog.recover(
                 fs, log_dir, after_zxid=snapshot.zxid, file_size=log_file_size
             )
@@ -182,13 +190,15 @@ class Storage:
 
         Every step leaves a recoverable directory: the log above ``zxid`` goes first (so
         the new snapshot is never followed by transactions of another history), then the
-        snapshot is written, then the rest of the log and the older snapshots go.
+        snapshot is written, flagged as installed, then the rest of the log and the older
+        snapshots go. If a crash interrupts that last step, :meth:`open` sees the flag and
+        finishes it, so no later fallback or TRUNC mixes the two histories.
         """
         if zxid <= 0:
             raise ValueError(f"snapshot zxid {zxid:#x} must be positive")
         self._remove_snapshots([z for z in self._snapshots.zxids() if z > zxid])
         self._log.truncate_to(zxid, floor=zxid)
-        self._snapshots.write(zxid, payload)
+        self._snapshots.write(zxid, payload, installed=True)
         self._log.reset(floor=zxid)
         self._remove_snapshots([z for z in self._snapshots.zxids() if z != zxid])
 
@@ -294,7 +304,7 @@ def _newest_snapshot(
 ) -> Snapshot:
     """The snapshot to start from, writing the genesis snapshot in a fresh directory."""
     if not snapshots.zxids():
-        has_log = any(name.startswith("log.") for name in fs.listdir(log_dir))
+        has_log = any(name.startswith(LOG_PREFIX) for name in fs.listdir(log_dir))
         if has_log:
             raise CorruptStorage(
                 f"{data_dir}: the log in {log_dir} has no snapshot to start from, so it "
@@ -307,3 +317,35 @@ def _newest_snapshot(
             f"{data_dir}: every snapshot is damaged, so the server refuses to start; {RECOVER}"
         )
     return snapshot
+
+
+def _forget_history_before(
+    fs: FileSystem, snapshots: SnapshotStore, log_dir: str, installed: int
+) -> None:
+    """Finish an interrupted install: delete the replaced history's snapshots and log.
+
+    Log files starting at or before the installed zxid can only hold that history: after
+    an install, new records go to a new file, and this runs before any append.
+    """
+    stale_logs = [
+        name
+        for name in fs.listdir(log_dir)
+        if (start := parse_zxid_name(name, LOG_PREFIX)) is not None and start <= installed
+    ]
+    stale_snapshots = [z for z in snapshots.zxids() if z < installed]
+    if not stale_logs and not stale_snapshots:
+        return
+    log.warning(
+        "%s: finishing the install of snapshot %#x interrupted by a crash: removing %d log "
+        "files and %d snapshots of the replaced history",
+        log_dir,
+        installed,
+        len(stale_logs),
+        len(stale_snapshots),
+    )
+    for name in stale_logs:
+        fs.remove(os.path.join(log_dir, name))
+    for zxid in stale_snapshots:
+        snapshots.remove(zxid)
+    for directory in dict.fromkeys([log_dir, snapshots.directory]):
+        fs.fsync_dir(directory)

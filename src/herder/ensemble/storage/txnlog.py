@@ -134,7 +134,9 @@ class TxnLog:
             )
         if not result.txns:
             if not is_last:
-                raise CorruptStorage(f"{file.path}: no records, yet later log files exist")
+                raise CorruptStorage(
+                    f"{file.path}: no records, yet later log files exist: {REFUSE}"
+                )
             # a file created just before a crash; its name must be free for reuse
             self._fs.remove(file.path)
             self._fs.fsync_dir(self._dir)

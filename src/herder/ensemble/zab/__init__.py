@@ -47,13 +47,21 @@ Where this differs from ZooKeeper, and why:
   committed only at UPTODATE (the leader: when a quorum has ACKed NEWLEADER).
 * A SNAP carries the snapshot in the packet, taken at the leader's last applied zxid;
   the txns the leader has logged but not yet applied follow it as PROPOSAL/COMMIT pairs.
+  The learner writes the snapshot and those txns as one disk operation at NEWLEADER
+  (:class:`SaveSnapshot`), so that a sync cut short never leaves it with a history
+  shorter than the one it had acknowledged.
 * A server whose own log is corrupt neither votes (its notifications say so) nor counts
   in the epoch-acknowledgement quorum; it asks for a SNAP in FOLLOWERINFO/ACKEPOCH.
+* In an election only voters answer, and only LOOKING notifications (ZooKeeper answers
+  any notification from a non-voter), so that no two servers can answer each other
+  forever.
 * A learner refused by its leader (too many syncs, ahead of the leader) learns it by
-  timing out rather than by a closed socket.
+  timing out rather than by a closed socket; a learner repeats FOLLOWERINFO every tick
+  until LEADERINFO comes, as ZooKeeper retries its connection to a leader that has not
+  finished its own election yet.
 * The leader drops a learner for silence only (ZooKeeper also drops one that has not
-  ACKed a proposal within ``syncLimit``); a stuck disk is caught by the same silence,
-  since a learner that cannot write stops acknowledging and its leader loses quorum.
+  ACKed a proposal within ``syncLimit``); a learner whose disk is stuck stops ACKing,
+  and a quorum of those costs the leader its commits but not its safety.
 """
 
 from herder.ensemble.zab.config import Faults, Role, ZabConfig

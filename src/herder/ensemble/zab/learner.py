@@ -66,7 +66,6 @@ class Learner:
         self.leader = leader
         self.observer = not node.is_participant
         self.session = node.rng.getrandbits(62)
-        self.out_seq = 0
         self.in_seq = 0
         self.phase = LearnerPhase.CONNECTING
         self.last_heard = now
@@ -80,7 +79,18 @@ class Learner:
         info = ObserverInfo if self.observer else FollowerInfo
         role = "observing" if self.observer else "following"
         log.info("server %d: %s leader %d", node.id, role, leader)
-        self._send(info, accepted_epoch=node.accepted_epoch, needs_snap=node.needs_snap)
+        self._info = info(
+            session=self.session,
+            seq=0,
+            accepted_epoch=node.accepted_epoch,
+            needs_snap=node.needs_snap,
+        )
+        self.out_seq = 1
+        node.send(leader, self._info)
+        # The leader may not have finished its own election yet and then drops the
+        # info, as ZooKeeper's refuses the connection: say it again every tick until
+        # LEADERINFO comes (the leader ignores a repeat of a session it knows).
+        self._resend_at = now + node.config.tick_ms
 
     @property
     def synced(self) -> bool:
@@ -89,7 +99,10 @@ class Learner:
     def next_deadline(self) -> int:
         config = self.node.config
         limit = config.sync_limit if self.synced else config.init_limit
-        return self.last_heard + limit * config.tick_ms
+        timeout = self.last_heard + limit * config.tick_ms
+        if self.phase is LearnerPhase.CONNECTING:
+            return min(timeout, self._resend_at)
+        return timeout
 
     def _send(self, packet: type[QuorumPacket], **fields: Any) -> None:
         message = packet(session=self.session, seq=self.out_seq, **fields)
@@ -261,8 +274,13 @@ class Learner:
         self._send(Request, payload=payload)
 
     def tick(self, now: int) -> None:
-        if now >= self.next_deadline():
+        config = self.node.config
+        limit = config.sync_limit if self.synced else config.init_limit
+        if now >= self.last_heard + limit * config.tick_ms:
             raise StepDown(f"leader {self.leader} silent for {now - self.last_heard} ms")
+        if self.phase is LearnerPhase.CONNECTING and now >= self._resend_at:
+            self.node.send(self.leader, cast(Message, self._info))
+            self._resend_at = now + config.tick_ms
 
 
 _HANDLERS: dict[type, Any] = {
