@@ -72,7 +72,8 @@ def make_member(
         assign=assign,
         on_assigned=ignore,
         client_id=client_id,
-        session_timeout_ms=3000,
+        # long enough that a busy machine never expels a member in the middle of the test
+        session_timeout_ms=10_000,
         rebalance_timeout_ms=10_000,
         heartbeat_interval_ms=300,
     )

@@ -161,14 +161,35 @@ class VerifiableMember:
     required=True,
     help="Comma-separated resources the leader assigns round-robin (members sorted by id).",
 )
-@click.option("--protocol-type", default="verifiable", show_default=True)
-@click.option("--client-id", default="herder-verifiable", show_default=True)
-@click.option("--session-timeout-ms", type=click.IntRange(min=1), default=10_000, show_default=True)
 @click.option(
-    "--rebalance-timeout-ms", type=click.IntRange(min=1), default=60_000, show_default=True
+    "--protocol-type",
+    default="verifiable",
+    show_default=True,
+    help="The group's protocol type; every member must use the same.",
 )
 @click.option(
-    "--heartbeat-interval-ms", type=click.IntRange(min=1), default=3_000, show_default=True
+    "--client-id", default="herder-verifiable", show_default=True, help="Shown by describe."
+)
+@click.option(
+    "--session-timeout-ms",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Without a heartbeat for this long the member is expelled.",
+)
+@click.option(
+    "--rebalance-timeout-ms",
+    type=click.IntRange(min=1),
+    default=60_000,
+    show_default=True,
+    help="How long a rebalance waits for this member to rejoin.",
+)
+@click.option(
+    "--heartbeat-interval-ms",
+    type=click.IntRange(min=1),
+    default=3_000,
+    show_default=True,
+    help="Time between heartbeats; below the session timeout.",
 )
 @bootstrap_option
 def member(
@@ -182,7 +203,7 @@ def member(
     heartbeat_interval_ms: int,
     bootstrap: str,
 ) -> None:
-    """Join GROUP and print one JSON line per event until SIGTERM, then leave and exit 0.
+    """Join --group, print one JSON line per event until SIGTERM, then leave and exit 0.
 
     Events: started, joined (member_id, generation, leader, assignment), revoked, left,
     error. Every line has "event" and "timestamp" (epoch milliseconds).
