@@ -49,8 +49,10 @@ COMMAND_GROUPS: list[tuple[str, str]] = [
     ("herder.cli.ensemble", "ensemble"),
     ("herder.cli.logs", "logs"),
     ("herder.cli.worker", "worker"),
+    ("herder.cli.quickstart", "quickstart"),
     ("herder.cli.groups", "groups"),
     ("herder.cli.verifiable", "verifiable"),
+    ("herder.cli.topics", "topics"),
 ]
 
 

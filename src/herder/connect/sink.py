@@ -52,6 +52,15 @@ class SinkTaskContext(ABC):
         """
 
     @abstractmethod
+    def committed(self, partition: TopicPartition) -> tuple[int, str] | None:
+        """The offset and metadata last committed for ``partition`` (None if never).
+
+        The metadata is what :meth:`SinkTask.commit_metadata` returned at that commit:
+        sinks that keep their position in the destination read it back in
+        :meth:`SinkTask.open`.
+        """
+
+    @abstractmethod
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop delivering records of these partitions (the destination is busy)."""
 
@@ -115,6 +124,15 @@ class SinkTask(Task):
         """
         self.flush(offsets)
         return offsets
+
+    def commit_metadata(self, partition: TopicPartition) -> str:
+        """A string committed with ``partition``'s offset (after :meth:`pre_commit`).
+
+        A sink that must undo writes made after its last commit (a file it appends to)
+        records its position here and reads it back with
+        :meth:`SinkTaskContext.committed` when the partition is opened again.
+        """
+        return ""
 
     def close(self, partitions: Collection[TopicPartition]) -> None:
         """These partitions are no longer this task's: close their writers.

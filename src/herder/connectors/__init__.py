@@ -1,0 +1,1 @@
+"""herder's built-in connectors, found through the ``herder.connectors`` entry points."""

@@ -1,0 +1,465 @@
+"""How a running task moves data: the source and sink loops on Spark.
+
+Each task runs on its own thread with its own event loop, ensemble session and
+coordinator connection, so a slow connector never holds up another, and its fencing
+epoch and idempotent writes are its own.
+
+Source loop: take a fencing epoch for this incarnation (which fences every older one),
+read the task's committed source offsets linearizably, then repeatedly poll a batch
+(``batch.max.records`` / ``batch.max.ms``), stage it with Spark as Parquet segments, and
+commit *the segment metadata and the source offsets in one ensemble transaction* that
+checks the task's and the connector's fencing epochs and that this batch is the next
+one of this task: exactly once, retries included, and a zombie never commits.
+
+Sink loop: be a member of the connector's group ``connect-<name>``; read the records
+past each assigned partition's committed offset as one DataFrame, ``put`` it, and
+commit offsets through the coordinator with the member's generation, so a member that
+lost its partitions cannot commit over their new owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from herder.connect import (
+    SinkTask,
+    SinkTaskContext,
+    SourceBatch,
+    SourceRecord,
+    SourceTask,
+    SourceTaskContext,
+    Task,
+    TopicPartition,
+)
+from herder.connect.source import OffsetReader
+from herder.coordinator.apis import fencing_op
+from herder.coordinator.client import CoordinatorClient, Generation, GroupMember
+from herder.coordinator.offsets import TopicPartition as GroupPartition
+from herder.dataplane.fencing import connector_fence_id, current_epoch, task_fence_id
+from herder.dataplane.spark import spark_runtime
+from herder.dataplane.storage import Storage
+from herder.dataplane.topics import Topics, TxnRefused
+from herder.dataplane.writer import SegmentWriter
+from herder.ensemble.client import EnsembleClient
+from herder.ensemble.txn import Append, CheckKeyValue, Op
+from herder.errors import ConfigError, ErrorCode, Fenced, HerderError, RetriableError
+from herder.runtime.protocol import ConnectorTaskId
+from herder.runtime.stores import OffsetStore
+from herder.runtime.worker_config import WorkerConfig
+
+log = logging.getLogger(__name__)
+
+BATCHES_LOG = "_batches"
+BATCH_MAX_RECORDS = "batch.max.records"
+BATCH_MAX_MS = "batch.max.ms"
+DEFAULT_BATCH_MAX_RECORDS = 50_000
+DEFAULT_BATCH_MAX_MS = 500
+SINK_POLL_MS = 100
+SINK_MAX_RECORDS = "consumer.max.records"
+DEFAULT_SINK_MAX_RECORDS = 500_000
+
+
+class TaskExecutions:
+    """The worker's execution factory: a source or sink loop for each task."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        if not config.storage_root:
+            raise ConfigError("storage.root must name where topic data lives (a path or URI)")
+        self.config = config
+        self.storage = Storage(config.storage_root)
+        self.spark = spark_runtime(config.spark_properties())
+
+    def __call__(
+        self,
+        task_id: ConnectorTaskId,
+        task: Task,
+        config: dict[str, str],
+        connector_config: dict[str, str],
+    ) -> SourceExecution | SinkExecution:
+        settings = {**connector_config, **config}
+        if isinstance(task, SourceTask):
+            return SourceExecution(self, task_id, task, config, settings)
+        if isinstance(task, SinkTask):
+            return SinkExecution(self, task_id, task, config, settings)
+        raise ConfigError(f"task {task_id} is neither a SourceTask nor a SinkTask")
+
+
+def _int(settings: Mapping[str, str], key: str, default: int) -> int:
+    raw = settings.get(key, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not a whole number") from None
+    if value < 1:
+        raise ConfigError(f"{key}={value} must be at least 1")
+    return value
+
+
+class _Execution(ABC):
+    def __init__(
+        self,
+        runtime: TaskExecutions,
+        task_id: ConnectorTaskId,
+        task: Task,
+        config: dict[str, str],
+        settings: dict[str, str],
+    ) -> None:
+        self.runtime = runtime
+        self.task_id = task_id
+        self.task = task
+        self.config = config
+        self.settings = settings
+        self.name = f"{task_id.connector}-{task_id.task}"
+        self.client = EnsembleClient(runtime.config.bootstrap, name=f"task-{self.name}")
+        self.topics = Topics(self.client, runtime.storage, spark=runtime.spark)
+
+    def run(self, stopping: threading.Event, paused: threading.Event) -> None:
+        asyncio.run(self._main(stopping, paused))
+
+    async def _main(self, stopping: threading.Event, paused: threading.Event) -> None:
+        await self.client.start()
+        try:
+            await self._execute(stopping, paused)
+        finally:
+            await self.client.close()
+
+    @abstractmethod
+    async def _execute(self, stopping: threading.Event, paused: threading.Event) -> None:
+        """The task's loop, until ``stopping`` is set."""
+
+    @staticmethod
+    async def _idle(stopping: threading.Event, paused: threading.Event) -> bool:
+        """Wait while paused; True once the task should stop."""
+        while paused.is_set() and not stopping.is_set():
+            await asyncio.sleep(0.05)
+        return stopping.is_set()
+
+
+class _Offsets(OffsetReader):
+    def __init__(self, store: OffsetStore, connector: str) -> None:
+        self.store = store
+        self.connector = connector
+
+    def offset(self, partition: Mapping[str, Any]) -> dict[str, Any] | None:
+        return self.store.get(self.connector, partition)
+
+    def offsets(self, partitions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any] | None]:
+        return [self.offset(p) for p in partitions]
+
+
+class _SourceContext(SourceTaskContext):
+    def __init__(self, config: dict[str, str], reader: OffsetReader) -> None:
+        self._config = config
+        self._reader = reader
+
+    @property
+    def configs(self) -> Mapping[str, str]:
+        return self._config
+
+    @property
+    def offset_reader(self) -> OffsetReader:
+        return self._reader
+
+
+class SourceExecution(_Execution):
+    """Poll → stage with Spark → commit segments and offsets in one fenced transaction."""
+
+    task: SourceTask
+
+    async def _execute(self, stopping: threading.Event, paused: threading.Event) -> None:
+        connector = self.task_id.connector
+        coordinator = CoordinatorClient(self.runtime.config.bootstrap)
+        try:
+            epoch = await coordinator.init_fencing(task_fence_id(connector, self.task_id.task))
+        finally:
+            await coordinator.close()
+        connector_epoch = await current_epoch(self.client, connector_fence_id(connector))
+        await self.client.create_log(BATCHES_LOG, compacted=True, if_absent=True)
+        offsets = OffsetStore(self.client, self.runtime.config.offset_log)
+        await offsets.start()  # a linearizable read, after our epoch fenced older tasks
+        await offsets.stop()
+        self.task.initialize(_SourceContext(self.config, _Offsets(offsets, connector)))
+        await asyncio.to_thread(self.task.start, dict(self.config))
+        writer = SegmentWriter(self.topics, self.runtime.spark, task=self.name, epoch=epoch)
+        await writer.reap()
+        checks: list[Op] = [fencing_op(task_fence_id(connector, self.task_id.task), epoch)]
+        if connector_epoch is not None:
+            checks.append(fencing_op(connector_fence_id(connector), connector_epoch))
+        batch_key = self.name.encode()
+        previous = await self._last_batch(batch_key)
+        sequence = 0
+        max_records = _int(self.settings, BATCH_MAX_RECORDS, DEFAULT_BATCH_MAX_RECORDS)
+        max_ms = _int(self.settings, BATCH_MAX_MS, DEFAULT_BATCH_MAX_MS)
+        log.info("source task %s running with fencing epoch %d", self.name, epoch)
+        try:
+            while not await self._idle(stopping, paused):
+                batch = await self._gather(stopping, paused, max_records, max_ms)
+                if batch is None:
+                    continue
+                sequence += 1
+                marker = json.dumps({"epoch": epoch, "batch": sequence}).encode()
+                ops: list[Op] = [
+                    *checks,
+                    CheckKeyValue(BATCHES_LOG, batch_key, previous),
+                    Append(BATCHES_LOG, batch_key, marker),
+                    *offsets.records(connector, _latest_offsets(batch)),
+                ]
+                data = batch.data if isinstance(batch, SourceBatch) else batch
+                staged = await writer.stage(
+                    data, batch.topic if isinstance(batch, SourceBatch) else None
+                )
+                try:
+                    await self.topics.commit(staged, ops)
+                except TxnRefused as exc:
+                    await writer.discard(staged)
+                    if exc.code == ErrorCode.CHECK_FAILED and exc.index < len(checks) + 1:
+                        raise Fenced(
+                            f"source task {self.name} (epoch {epoch}) was fenced by a newer"
+                            f" incarnation: {exc}"
+                        ) from None
+                    raise
+                previous = marker
+                if isinstance(batch, list):
+                    for record in batch:
+                        self.task.commit_record(record)
+                await asyncio.to_thread(self.task.commit)
+        finally:
+            await asyncio.to_thread(self.task.stop)
+
+    async def _last_batch(self, key: bytes) -> bytes | None:
+        value: bytes | None = None
+        position = 0
+        while True:
+            reply = await self.client.read(BATCHES_LOG, position, max_records=5_000)
+            for record in reply.records:
+                if record.key == key:
+                    value = record.value
+            position = reply.next_offset
+            if position >= reply.end_offset:
+                return value
+
+    async def _gather(
+        self, stopping: threading.Event, paused: threading.Event, max_records: int, max_ms: int
+    ) -> list[SourceRecord] | SourceBatch | None:
+        """One batch: polls until ``max_records`` or ``max_ms``; a SourceBatch stands alone."""
+        records: list[SourceRecord] = []
+        deadline = time.monotonic() + max_ms / 1000
+        while not stopping.is_set() and not paused.is_set():
+            polled = await asyncio.to_thread(self.task.poll)
+            if isinstance(polled, SourceBatch):
+                if records:
+                    raise HerderError(f"task {self.name} mixed SourceRecords and a SourceBatch")
+                return polled
+            if polled:
+                records.extend(polled)
+            if len(records) >= max_records or time.monotonic() >= deadline:
+                break
+        return records or None
+
+
+def _latest_offsets(
+    batch: list[SourceRecord] | SourceBatch,
+) -> list[tuple[Mapping[str, Any], Any]]:
+    if isinstance(batch, SourceBatch):
+        return [(p, o) for p, o in batch.offsets]
+    latest: dict[str, tuple[Mapping[str, Any], Any]] = {}
+    for record in batch:
+        key = json.dumps(record.source_partition, sort_keys=True)
+        latest[key] = (record.source_partition, record.source_offset)
+    return list(latest.values())
+
+
+class _SinkContext(SinkTaskContext):
+    def __init__(self, execution: SinkExecution) -> None:
+        self._execution = execution
+        self._paused: set[TopicPartition] = set()
+        self.rewinds: dict[TopicPartition, int] = {}
+        self.commit_requested = False
+
+    @property
+    def configs(self) -> Mapping[str, str]:
+        return self._execution.config
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return frozenset(self._execution.positions)
+
+    def committed(self, partition: TopicPartition) -> tuple[int, str] | None:
+        return self._execution.committed.get(partition)
+
+    def offset(self, partition: TopicPartition, offset: int) -> None:
+        self.rewinds[partition] = offset
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._paused.update(partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._paused.difference_update(partitions)
+
+    def paused(self) -> frozenset[TopicPartition]:
+        return frozenset(self._paused)
+
+    def request_commit(self) -> None:
+        self.commit_requested = True
+
+
+def _topics_of(settings: Mapping[str, str]) -> list[str]:
+    return [t.strip() for t in settings.get("topics", "").split(",") if t.strip()]
+
+
+class SinkExecution(_Execution):
+    """Member of ``connect-<name>``: read past committed offsets, put, commit."""
+
+    task: SinkTask
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        #: next offset to deliver, per assigned partition
+        self.positions: dict[TopicPartition, int] = {}
+        self.committed: dict[TopicPartition, tuple[int, str]] = {}
+        self._generation: Generation | None = None
+        self._rebalanced = asyncio.Event()
+
+    async def _execute(self, stopping: threading.Event, paused: threading.Event) -> None:
+        topics = _topics_of(self.settings)
+        if not topics:
+            raise ConfigError(f"sink connector {self.task_id.connector} names no topics")
+        self.context = _SinkContext(self)
+        self.task.initialize(self.context)
+        await asyncio.to_thread(self.task.start, dict(self.config))
+        for topic in topics:
+            await self.topics.ensure(topic)
+        member = GroupMember(
+            self.runtime.config.bootstrap,
+            f"connect-{self.task_id.connector}",
+            protocol_type="consumer",
+            protocols=lambda: [("range", json.dumps(sorted(topics)).encode())],
+            assign=self._assign_partitions,
+            on_assigned=self._on_assigned,
+            on_revoked=self._on_revoked,
+            session_timeout_ms=self.runtime.config.session_timeout_ms,
+            heartbeat_interval_ms=self.runtime.config.heartbeat_interval_ms,
+            rebalance_timeout_ms=self.runtime.config.rebalance_timeout_ms,
+            client_id=f"task-{self.name}",
+        )
+        self.member = member
+        self._partition_counts = {t: (await self.topics.get(t)).partitions for t in topics}
+        await member.start()
+        max_records = _int(self.settings, SINK_MAX_RECORDS, DEFAULT_SINK_MAX_RECORDS)
+        try:
+            while not await self._idle(stopping, paused):
+                if member.failure is not None:
+                    raise member.failure
+                delivered = await self._deliver(max_records)
+                if not delivered:
+                    await asyncio.sleep(SINK_POLL_MS / 1000)
+        finally:
+            await member.close(leave=True)
+            await asyncio.to_thread(self.task.close, list(self.positions))
+            await asyncio.to_thread(self.task.stop)
+
+    def _assign_partitions(
+        self, leader: str, protocol: str, members: Mapping[str, bytes]
+    ) -> dict[str, bytes]:
+        """Range assignment of every subscribed topic's partitions (Kafka's RangeAssignor)."""
+        ids = sorted(members)
+        out: dict[str, list[list[Any]]] = {m: [] for m in ids}
+        subscribed = {m: set(json.loads(members[m] or b"[]")) for m in ids}
+        for topic, count in sorted(self._partition_counts.items()):
+            takers = [m for m in ids if topic in subscribed[m]]
+            if not takers:
+                continue
+            per, extra = divmod(count, len(takers))
+            start = 0
+            for i, m in enumerate(takers):
+                n = per + (1 if i < extra else 0)
+                out[m] += [[topic, p] for p in range(start, start + n)]
+                start += n
+        return {m: json.dumps(v).encode() for m, v in out.items()}
+
+    async def _on_assigned(self, generation: Generation, data: bytes) -> None:
+        partitions = [TopicPartition(t, p) for t, p in json.loads(data or b"[]")]
+        self._generation = generation
+        fetched = await self.member.fetch_offsets(
+            [GroupPartition(tp.topic, tp.partition) for tp in partitions]
+        )
+        self.committed = {
+            TopicPartition(gp.topic, gp.partition): value for gp, value in fetched.items()
+        }
+        self.positions = {tp: self.committed.get(tp, (0, ""))[0] for tp in partitions}
+        await asyncio.to_thread(self.task.open, partitions)
+        for tp, offset in self.context.rewinds.items():
+            if tp in self.positions:
+                self.positions[tp] = offset
+        self.context.rewinds.clear()
+        # every partition has a committed position before its first put, so a sink that
+        # keeps state in its metadata always finds some
+        fresh = {tp: self.positions[tp] for tp in partitions if tp not in self.committed}
+        if fresh:
+            await self._commit(fresh)
+        log.info(
+            "sink task %s assigned %s (generation %d)",
+            self.name,
+            partitions,
+            generation.generation_id,
+        )
+
+    async def _on_revoked(self) -> None:
+        if self.positions:
+            try:
+                await self._commit(dict(self.positions))
+            except HerderError as exc:
+                log.info("sink task %s: commit before rebalance refused: %s", self.name, exc)
+            await asyncio.to_thread(self.task.close, list(self.positions))
+        self.positions = {}
+        self._generation = None
+
+    async def _deliver(self, max_records: int) -> bool:
+        generation = self._generation
+        if generation is None or not self.positions:
+            return False
+        by_topic: dict[str, dict[int, tuple[int, int]]] = {}
+        reached: dict[TopicPartition, int] = {}
+        budget = max_records
+        for tp, position in sorted(self.positions.items()):
+            if tp in self.context.paused() or budget <= 0:
+                continue
+            end = (await self.topics.end_offsets(tp.topic)).get(tp.partition, position)
+            if end <= position:
+                continue
+            stop = min(end, position + budget)
+            budget -= stop - position
+            by_topic.setdefault(tp.topic, {})[tp.partition] = (position, stop)
+            reached[tp] = stop
+        if not reached:
+            return False
+        for topic, ranges in by_topic.items():
+            df = await self.topics.read(topic, ranges, ordered=True, pool=self.name)
+            try:
+                await asyncio.to_thread(self.task.put, df)
+            except RetriableError as exc:
+                log.info("sink task %s: put will be retried: %s", self.name, exc)
+                return False
+        if self._generation is not generation:
+            return True  # rebalanced meanwhile: these partitions are no longer ours to commit
+        self.positions.update(reached)
+        await self._commit(dict(self.positions))
+        return True
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        safe = await asyncio.to_thread(self.task.pre_commit, offsets)
+        if not safe:
+            return
+        commits = {
+            GroupPartition(tp.topic, tp.partition): (offset, self.task.commit_metadata(tp))
+            for tp, offset in safe.items()
+        }
+        await self.member.commit_offsets(commits, generation=self._generation)
+        for gp, value in commits.items():
+            self.committed[TopicPartition(gp.topic, gp.partition)] = value

@@ -1,0 +1,126 @@
+"""Reading committed segments: DataFrames for sink tasks, Arrow tables for the CLI.
+
+A reader first plans (:meth:`Topics.plan_read
+<herder.dataplane.topics.Topics.plan_read>`): which committed segments hold the
+offsets it wants. Segment files do not know their base offset — it was given out at
+commit — so the DataFrame reads every planned file in one scan and finds each row's
+segment by its file's path (``_metadata.file_path``, whose last six components are the
+path stored in the ensemble), in a literal map from path to (partition, base offset,
+wanted ``seq`` range). The offset is then ``base + seq``, and rows outside the wanted
+range are filtered out. The columns are those of Spark's Kafka source
+(:data:`~herder.connect.SINK_COLUMNS`).
+
+The CLI reads a segment at a time with pyarrow instead: no JVM to start for a
+``consume`` of a few records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from herder.dataplane.records import HEADER_TYPE, SEGMENT_COLUMNS
+from herder.dataplane.storage import Storage
+from herder.dataplane.topics import SegmentSlice
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: The schema of a segment file, as Spark reads it.
+FILE_DDL = (
+    "key binary, value binary, headers array<struct<key:string,value:binary>>, "
+    "timestamp bigint, seq bigint"
+)
+#: The schema of what a reader gets: Spark's Kafka source's columns, in its order.
+SINK_DDL = (
+    "topic string, partition int, offset bigint, timestamp timestamp, key binary, "
+    "value binary, headers array<struct<key:string,value:binary>>"
+)
+#: Components of a segment file's path below the root (``_staging/w/b/topic=/partition=/f``).
+_PATH_DEPTH = 6
+
+
+def slices_dataframe(
+    spark: SparkSession,
+    storage: Storage,
+    topic: str,
+    slices: Sequence[SegmentSlice],
+    *,
+    ordered: bool = False,
+) -> DataFrame:
+    """The records of ``slices`` as one DataFrame; sorted by (partition, offset) if ``ordered``."""
+    from pyspark.sql import functions as F
+
+    if not slices:
+        return spark.createDataFrame([], SINK_DDL)
+    pairs = []
+    paths = []
+    for piece in slices:
+        segment = piece.segment
+        where = F.struct(
+            F.lit(segment.partition).cast("int").alias("partition"),
+            F.lit(segment.base_offset).cast("long").alias("base"),
+            F.lit(piece.from_offset - segment.base_offset).cast("long").alias("lo"),
+            F.lit(piece.to_offset - segment.base_offset).cast("long").alias("hi"),
+        )
+        for path in segment.files:
+            pairs += [F.lit(path), where]
+            paths.append(storage.uri(path))
+    located = F.create_map(*pairs)[
+        F.substring_index(F.col("_metadata.file_path"), "/", -_PATH_DEPTH)
+    ]
+    rows = (
+        spark.read.schema(FILE_DDL)
+        .parquet(*paths)
+        .withColumn("_segment", located)
+        .where((F.col("seq") >= F.col("_segment.lo")) & (F.col("seq") < F.col("_segment.hi")))
+    )
+    out = rows.select(
+        F.lit(topic).alias("topic"),
+        F.col("_segment.partition").alias("partition"),
+        (F.col("_segment.base") + F.col("seq")).alias("offset"),
+        F.timestamp_millis(F.col("timestamp")).alias("timestamp"),
+        "key",
+        "value",
+        "headers",
+    )
+    return out.orderBy("partition", "offset") if ordered else out
+
+
+#: What :func:`slice_table` gives: one row per record, in offset order.
+SLICE_SCHEMA = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", HEADER_TYPE),
+    ]
+)
+
+
+def slice_table(storage: Storage, piece: SegmentSlice) -> pa.Table:
+    """The records of one slice, read with pyarrow, in offset order (timestamps in ms)."""
+    segment = piece.segment
+    table = storage.read_table(segment.files, columns=list(SEGMENT_COLUMNS))
+    offsets = pc.add(table["seq"], pa.scalar(segment.base_offset, pa.int64()))
+    wanted = pc.and_(
+        pc.greater_equal(offsets, piece.from_offset), pc.less(offsets, piece.to_offset)
+    )
+    table = table.append_column("offset", offsets).filter(wanted).sort_by("offset")
+    partition = pa.array([segment.partition] * table.num_rows, pa.int32())
+    return pa.table(
+        [
+            partition,
+            table["offset"],
+            table["timestamp"],
+            table["key"],
+            table["value"],
+            table["headers"],
+        ],
+        schema=SLICE_SCHEMA,
+    )

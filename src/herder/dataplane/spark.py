@@ -1,0 +1,259 @@
+"""One SparkSession per worker process, and the threads its jobs are submitted from.
+
+A worker runs every task's pipeline on one session, configured from the worker's
+``spark.*`` properties (any ``spark.*`` key passes through; ``spark.master`` defaults
+to ``local[*]``). herder adds what it needs on top:
+
+* ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` are this interpreter, so Spark's
+  Python workers run the same virtualenv and import connectors from the packages
+  installed there (``spark.pyspark.python`` still wins if given). A module that is not
+  installed (a test's own connector) reaches them with :func:`register_module_by_value`.
+* The FAIR scheduler, with one scheduler pool per task (:meth:`SparkRuntime.pool`): a
+  task with a big batch does not hold up the others' small ones. Pools are created on
+  first use with Spark's defaults (weight 1); an allocation file can be given with
+  ``spark.scheduler.allocation.file``.
+* Arrow for every crossing between Python and the JVM, no UI, no console progress
+  bars, log level WARN, no ``_SUCCESS`` marker files; a local master binds to
+  127.0.0.1 unless ``SPARK_LOCAL_IP`` says otherwise.
+
+Spark jobs block, so they run on a bounded thread pool (``dataplane.job.threads``,
+default 4), never on the event loop: ``await run_in_spark(fn, *args, pool=...)``. The
+pool's local property is set in the submitting thread, as Spark requires, and reset
+afterwards because the threads are reused.
+
+**Spark Connect** (``spark.remote=sc://host:port``) goes to
+``SparkSession.builder.remote``; the other ``spark.*`` keys are sent as session
+configs (static ones such as ``spark.master`` must be set on the server instead).
+It needs the ``pyspark[connect]`` extra here, and the Connect server's Python needs
+herder and the connectors installed. What it cannot do: there is no SparkContext on
+the client, so **no per-task scheduler pools** (:meth:`SparkRuntime.pool` does
+nothing: every task's jobs share the server's default pool) and no job cancellation by
+pool; the server's own log level and UI settings apply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from herder.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: What herder sets unless the worker's properties say otherwise.
+DEFAULT_CONF: Mapping[str, str] = {
+    "spark.master": "local[*]",
+    "spark.app.name": "herder",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.log.level": "WARN",
+    "spark.scheduler.mode": "FAIR",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+}
+#: The worker property that bounds how many Spark jobs a worker submits at once.
+JOB_THREADS_KEY = "dataplane.job.threads"
+POOL_PROPERTY = "spark.scheduler.pool"
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """The session's configuration: ``spark.*`` keys with herder's defaults filled in."""
+
+    conf: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_CONF))
+    #: the Spark Connect URL (``spark.remote``), or None for a classic session
+    remote: str | None = None
+    job_threads: int = 4
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> SparkSettings:
+        """Settings from a worker's properties; keys not starting with ``spark.`` are ignored."""
+        given = {str(k): str(v) for k, v in props.items() if str(k).startswith("spark.")}
+        remote = given.pop("spark.remote", None) or None
+        threads_raw = props.get(JOB_THREADS_KEY, 4)
+        try:
+            threads = int(threads_raw)
+        except (TypeError, ValueError):
+            threads = 0
+        if threads < 1:
+            raise ConfigError(f"{JOB_THREADS_KEY}={threads_raw!r}: give a whole number >= 1")
+        if remote is not None:
+            if not remote.startswith("sc://"):
+                raise ConfigError(f"spark.remote={remote!r}: a Spark Connect URL is sc://host:port")
+            # herder's local defaults are static confs the Connect server owns; send only
+            # what the user gave, plus Arrow, which is a session conf
+            conf = {"spark.sql.execution.arrow.pyspark.enabled": "true", **given}
+            conf.pop("spark.master", None)
+            return cls(conf, remote, threads)
+        return cls({**DEFAULT_CONF, **given}, None, threads)
+
+    @property
+    def local(self) -> bool:
+        return self.remote is None and self.conf.get("spark.master", "").startswith("local")
+
+
+class SparkRuntime:
+    """A lazily started SparkSession and the bounded thread pool jobs run on."""
+
+    def __init__(self, settings: SparkSettings) -> None:
+        self.settings = settings
+        self._session: SparkSession | None = None
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(
+            max_workers=settings.job_threads, thread_name_prefix="herder-spark"
+        )
+
+    @property
+    def remote(self) -> bool:
+        return self.settings.remote is not None
+
+    @property
+    def session(self) -> SparkSession:
+        """The session, started on first use (seconds: call it from a job thread)."""
+        session = self._session
+        if session is None:
+            with self._lock:
+                if self._session is None:
+                    self._session = self._build()
+                session = self._session
+        return session
+
+    def _build(self) -> SparkSession:
+        from pyspark.sql import SparkSession
+
+        settings = self.settings
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        if settings.remote is not None:
+            try:
+                import grpc  # noqa: F401  (pyspark's Connect client fails later and obscurely)
+            except ImportError as exc:
+                raise ConfigError(
+                    "spark.remote needs Spark Connect's client libraries: "
+                    "pip install 'pyspark[connect]==4.3.0'"
+                ) from exc
+            builder = SparkSession.builder.remote(settings.remote)
+        else:
+            if settings.local:
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            builder = SparkSession.builder
+        for key, value in settings.conf.items():
+            builder = builder.config(key, value)
+        log.info(
+            "starting Spark session (%s)",
+            settings.remote or settings.conf.get("spark.master", "local[*]"),
+        )
+        session = builder.getOrCreate()
+        if settings.remote is None:
+            _quiet_pool_creation(session)
+        return session
+
+    def start(self) -> SparkSession:
+        """Start the session now (blocking) rather than on the first job."""
+        return self.session
+
+    @contextlib.contextmanager
+    def pool(self, name: str | None) -> Iterator[None]:
+        """Run the jobs this thread submits inside in FAIR scheduler pool ``name``.
+
+        Under Spark Connect there is no SparkContext and this does nothing.
+        """
+        if name is None or self.remote:
+            yield
+            return
+        context = self.session.sparkContext
+        previous = context.getLocalProperty(POOL_PROPERTY)
+        context.setLocalProperty(POOL_PROPERTY, name)
+        try:
+            yield
+        finally:
+            context.setLocalProperty(POOL_PROPERTY, previous)  # type: ignore[arg-type]
+
+    async def run(self, fn: Callable[..., T], *args: Any, pool: str | None = None) -> T:
+        """``fn(*args)`` on a Spark job thread, inside scheduler pool ``pool``."""
+
+        def job() -> T:
+            with self.pool(pool):
+                return fn(*args)
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, job)
+
+    def stop(self) -> None:
+        """Stop the session and the job threads (blocking)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            if self._session is not None:
+                self._session.stop()
+                self._session = None
+
+
+def _quiet_pool_creation(session: SparkSession) -> None:
+    """Per-task pools are made on the fly by design; Spark warns about each one."""
+    jvm = session.sparkContext._jvm
+    if jvm is None:
+        return
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(
+        "org.apache.spark.scheduler.FairSchedulableBuilder", log4j.Level.ERROR
+    )
+
+
+_runtime: SparkRuntime | None = None
+_runtime_lock = threading.Lock()
+
+
+def spark_runtime(props: Mapping[str, Any] | None = None) -> SparkRuntime:
+    """The process's one :class:`SparkRuntime`, created from ``props`` on the first call.
+
+    Like ``SparkSession.builder.getOrCreate``, later calls get the existing runtime;
+    settings that differ from it are logged and ignored, since a JVM cannot be
+    reconfigured in place.
+    """
+    global _runtime
+    with _runtime_lock:
+        settings = SparkSettings.from_properties(props or {})
+        if _runtime is None:
+            _runtime = SparkRuntime(settings)
+        elif props is not None and settings != _runtime.settings:
+            log.warning("a Spark session already exists in this process; ignoring new settings")
+        return _runtime
+
+
+def stop_spark() -> None:
+    """Stop the process's Spark runtime, if one was created."""
+    global _runtime
+    with _runtime_lock:
+        runtime, _runtime = _runtime, None
+    if runtime is not None:
+        runtime.stop()
+
+
+async def run_in_spark(fn: Callable[..., T], *args: Any, pool: str | None = None) -> T:
+    """``fn(*args)`` on the process runtime's job threads, in scheduler pool ``pool``."""
+    return await spark_runtime().run(fn, *args, pool=pool)
+
+
+def register_module_by_value(module: ModuleType) -> None:
+    """Ship ``module``'s code inside pickled functions, for modules Spark cannot import.
+
+    Installed connectors need nothing; this is for code that lives only where the
+    driver runs (a test's module, a notebook).
+    """
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)

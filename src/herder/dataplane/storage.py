@@ -1,0 +1,155 @@
+"""Where segment files live, and how they are laid out under ``storage.root``.
+
+Spark writes each batch of a writer (a source task) into its own directory, and a
+segment is one partition directory of it::
+
+    <root>/_staging/<task>-e<epoch>/<batch>/topic=<topic>/partition=<p>/part-*.parquet
+
+The files stay where Spark wrote them: committing a segment only publishes its
+metadata to the ensemble, so there is no rename to lose in a crash (and object stores,
+which cannot rename, work the same). ``_staging`` therefore holds committed segments as
+well as batches that never committed; a batch is garbage only when no committed
+segment names it and its writer's epoch is over (see
+:meth:`~herder.dataplane.topics.Topics.reap_staging`).
+
+Paths in the ensemble are relative to the root, so the root can be mounted elsewhere
+or moved. Spark gets full paths or URIs; everything else (listing, deleting, Parquet
+footers, the CLI's reads) goes through ``pyarrow.fs``, which knows local paths,
+``file://``, ``s3://`` (``s3a://`` and ``s3n://`` are read as ``s3://``), ``gs://``,
+``abfs://`` and ``hdfs://`` (with libhdfs). A root in a scheme pyarrow does not know is
+refused with a ConfigError, rather than half working.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from herder.errors import ConfigError
+
+STAGING = "_staging"
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_WRITER_DIR = re.compile(r"(?P<task>[A-Za-z0-9._-]+)-e(?P<epoch>\d+)")
+
+
+def check_task_name(task: str) -> str:
+    if not _SAFE_NAME.fullmatch(task) or task in (".", ".."):
+        raise ConfigError(f"{task!r} cannot name a writer: use 1 to 200 of A-Z a-z 0-9 . _ -")
+    return task
+
+
+def writer_dir(task: str, epoch: int) -> str:
+    """The directory of every batch ``task`` writes with fencing epoch ``epoch``."""
+    return f"{STAGING}/{task}-e{epoch}"
+
+
+def parse_writer_dir(name: str) -> tuple[str, int] | None:
+    """(task, epoch) of a writer directory's name, or None if it is not one."""
+    match = _WRITER_DIR.fullmatch(name)
+    return (match["task"], int(match["epoch"])) if match else None
+
+
+def batch_dir(task: str, epoch: int, batch: int) -> str:
+    return f"{writer_dir(task, epoch)}/{batch:010d}"
+
+
+def segment_dir(batch: str, topic: str, partition: int) -> str:
+    return f"{batch}/topic={topic}/partition={partition}"
+
+
+def batch_of(path: str) -> str:
+    """The batch directory a segment file lies in (its first three components)."""
+    return "/".join(path.split("/")[:3])
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file or directory, by its path relative to the root."""
+
+    path: str
+    is_dir: bool
+    size: int
+
+
+class Storage:
+    """``storage.root``: full paths for Spark, a pyarrow filesystem for the rest."""
+
+    def __init__(self, root: str) -> None:
+        if not root:
+            raise ConfigError(
+                "storage.root is empty: give a local directory or a filesystem URI for topic data"
+            )
+        scheme, sep, _ = root.partition("://")
+        if not sep:
+            self.root = os.path.abspath(root).rstrip("/") or "/"
+            self.fs: pafs.FileSystem = pafs.LocalFileSystem()
+            self._base = self.root
+            return
+        self.root = root.rstrip("/")
+        uri = root
+        if scheme in ("s3a", "s3n"):
+            uri = "s3://" + root[len(scheme) + 3 :]
+        try:
+            self.fs, base = pafs.FileSystem.from_uri(uri)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+            raise ConfigError(f"storage.root {root!r} cannot be used: {exc}") from exc
+        self._base = base.rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"Storage({self.root!r})"
+
+    def uri(self, rel: str) -> str:
+        """The full path of ``rel`` as Spark should get it."""
+        return f"{self.root}/{rel}"
+
+    def fs_path(self, rel: str) -> str:
+        return f"{self._base}/{rel}"
+
+    def _rel(self, fs_path: str) -> str:
+        return fs_path[len(self._base) + 1 :]
+
+    def list_dir(self, rel: str, *, recursive: bool = False) -> list[FileEntry]:
+        """Entries under ``rel`` (nothing if it does not exist)."""
+        selector = pafs.FileSelector(self.fs_path(rel), allow_not_found=True, recursive=recursive)
+        return [
+            FileEntry(self._rel(info.path), info.type == pafs.FileType.Directory, info.size or 0)
+            for info in self.fs.get_file_info(selector)
+        ]
+
+    def delete_dir(self, rel: str) -> None:
+        """Delete ``rel`` and everything under it; a missing directory is fine."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_dir(self.fs_path(rel))
+
+    def delete(self, entry: FileEntry) -> None:
+        """Delete a file, or a directory and everything under it; missing is fine."""
+        if entry.is_dir:
+            self.delete_dir(entry.path)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(self.fs_path(entry.path))
+
+    def delete_if_empty(self, rel: str) -> bool:
+        """Delete directory ``rel`` if nothing is left in it (object stores have no dirs)."""
+        info = self.fs.get_file_info(self.fs_path(rel))
+        if info.type != pafs.FileType.Directory:
+            return False
+        if self.list_dir(rel):
+            return False
+        self.delete_dir(rel)
+        return True
+
+    def footer(self, rel: str) -> pq.FileMetaData:
+        return pq.read_metadata(self.fs_path(rel), filesystem=self.fs)
+
+    def read_table(self, files: Iterable[str], columns: list[str] | None = None) -> pa.Table:
+        """The Parquet ``files`` as one Arrow table."""
+        paths = [self.fs_path(f) for f in files]
+        return pq.ParquetDataset(paths, filesystem=self.fs, partitioning=None).read(columns=columns)

@@ -1,0 +1,346 @@
+"""Staging: one Spark job writes a batch of records as Parquet, ready to commit.
+
+A :class:`SegmentWriter` belongs to one writer incarnation — a source task with its
+fencing epoch — and stages each batch into a directory of its own
+(``_staging/<task>-e<epoch>/<batch>/``, see :mod:`.storage`), partitioned by topic and
+partition, so one job writes every partition of every topic the batch touches.
+Nothing it writes is visible until :meth:`Topics.commit
+<herder.dataplane.topics.Topics.commit>` publishes the batch's segments.
+
+Each record of a segment carries ``seq``, its position within the segment counted from
+0; offsets are given out only at commit (``base_offset + seq``), so staging needs no
+coordination with other writers. Records that arrive as Python objects get their
+partition and ``seq`` in Python while they are turned into Arrow (:mod:`.records`).
+A DataFrame's rows get them in Spark: the partition from the same rules as an
+expression, and ``seq`` as ``row_number`` over its partition, ordered by
+``monotonically_increasing_id`` — which is not contiguous, but does follow the input's
+order — so the job shuffles by partition once (the shuffle that also gives each
+partition one file) and never brings rows back to Python.
+
+What a segment holds (count, newest timestamp) is read from the Parquet footers Spark
+wrote, and its size from the file listing, so the write is the batch's only Spark job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+from zlib import crc32
+
+import pyarrow.compute as pc
+
+from herder.connect.records import SOURCE_BATCH_COLUMNS, SourceRecord
+from herder.dataplane.metadata import Topic
+from herder.dataplane.records import records_to_table
+from herder.dataplane.spark import SparkRuntime
+from herder.dataplane.staged import StagedBatch, StagedSegment
+from herder.dataplane.storage import Storage, batch_dir, check_task_name, writer_dir
+from herder.dataplane.topics import Topics
+from herder.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
+
+log = logging.getLogger(__name__)
+
+HEADERS_DDL = "array<struct<key:string,value:binary>>"
+#: Records one Spark task writes when a batch of SourceRecords is staged.
+ROWS_PER_WRITE_TASK = 100_000
+
+
+class SegmentWriter:
+    """Stages batches for one writer (``task``) holding fencing epoch ``epoch``.
+
+    With ``auto_create`` a topic that does not exist is created with the default
+    partition count (``topic.creation.default.partitions``) when a batch names it.
+    Jobs run in Spark scheduler pool ``pool`` (the task's, by default).
+    """
+
+    def __init__(
+        self,
+        topics: Topics,
+        spark: SparkRuntime,
+        task: str,
+        epoch: int,
+        *,
+        auto_create: bool = True,
+        pool: str | None = None,
+    ) -> None:
+        self.topics = topics
+        self.spark = spark
+        self.task = check_task_name(task)
+        self.epoch = epoch
+        self.auto_create = auto_create
+        self.pool = pool if pool is not None else task
+        self._next_batch: int | None = None
+        self._staged = 0
+
+    @property
+    def storage(self) -> Storage:
+        return self.topics.storage
+
+    async def stage(
+        self, data: Sequence[SourceRecord] | DataFrame, topic: str | None = None
+    ) -> StagedBatch:
+        """Write ``data`` (SourceRecords, or a DataFrame of SOURCE_BATCH_COLUMNS) as a batch."""
+        if isinstance(data, Sequence):
+            if topic is not None:
+                raise TypeError("SourceRecords name their own topics; give no topic")
+            return await self.stage_records(data)
+        return await self.stage_dataframe(data, topic)
+
+    async def stage_records(self, records: Sequence[SourceRecord]) -> StagedBatch:
+        """Stage a poll's records: Arrow built column-wise, one createDataFrame, one write."""
+        topics = await self._resolve({r.topic for r in records})
+        batch = await self._allocate()
+        if not records:
+            return StagedBatch(self.task, self.epoch, batch, [], {})
+        counts = {name: t.partitions for name, t in topics.items()}
+        sticky = self._sticky(counts)
+        now = self.topics.clock()
+        path = batch_dir(self.task, self.epoch, batch)
+
+        def job() -> list[StagedSegment]:
+            table = records_to_table(records, counts, sticky, now)
+            # createDataFrame makes a Spark partition of every Arrow batch (10k rows),
+            # and each would write a file into every partition directory it touches
+            tasks = -(-table.num_rows // ROWS_PER_WRITE_TASK)
+            df = self.spark.session.createDataFrame(table).coalesce(tasks)
+            _write(df, self.storage.uri(path))
+            return _describe(self.storage, path)
+
+        segments = await self.spark.run(job, pool=self.pool)
+        return self._staged_batch(batch, segments, topics)
+
+    async def stage_dataframe(self, df: DataFrame, topic: str | None = None) -> StagedBatch:
+        """Stage a DataFrame's rows (a SourceBatch's ``data``) to ``topic`` or its ``topic`` column.
+
+        Without ``topic`` the DataFrame's distinct topics are found first, which costs a
+        job that reads the source once more: name the topic when there is only one.
+        """
+        columns = set(df.columns)
+        if "value" not in columns:
+            raise ConfigError("a SourceBatch DataFrame needs a value column")
+        unknown = sorted(columns - set(SOURCE_BATCH_COLUMNS))
+        if unknown:
+            raise ConfigError(
+                f"a SourceBatch DataFrame has no use for column {unknown[0]!r} "
+                f"(its columns are {', '.join(SOURCE_BATCH_COLUMNS)})"
+            )
+        if topic is not None:
+            names = {topic}
+        elif "topic" in columns:
+            names = set(await self.spark.run(_distinct_topics, df, pool=self.pool))
+        else:
+            raise ConfigError("a SourceBatch needs a topic, or a topic column in its DataFrame")
+        topics = await self._resolve(names)
+        batch = await self._allocate()
+        counts = {name: t.partitions for name, t in topics.items()}
+        sticky = self._sticky(counts)
+        now = self.topics.clock()
+        path = batch_dir(self.task, self.epoch, batch)
+
+        def job() -> list[StagedSegment]:
+            _write(_sequenced(df, topic, counts, sticky, now), self.storage.uri(path))
+            return _describe(self.storage, path)
+
+        segments = await self.spark.run(job, pool=self.pool)
+        return self._staged_batch(batch, segments, topics)
+
+    async def discard(self, staged: StagedBatch) -> None:
+        """Delete a batch that will never be committed (its commit was refused)."""
+        await asyncio.to_thread(self.storage.delete_dir, staged.dir)
+
+    async def reap(self) -> list[str]:
+        """Delete what this task's older epochs staged and never committed.
+
+        Call once this writer's epoch is the task's fencing epoch in the ensemble.
+        """
+        return await self.topics.reap_staging(self.task, self.epoch)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    async def _resolve(self, names: Iterable[str]) -> dict[str, Topic]:
+        resolved = {}
+        for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"a topic name is a str, not {type(name).__name__}")
+            resolved[name] = await (
+                self.topics.ensure(name) if self.auto_create else self.topics.get(name)
+            )
+        return resolved
+
+    async def _allocate(self) -> int:
+        """The next batch number: past every batch directory this writer already has."""
+        if self._next_batch is None:
+            entries = await asyncio.to_thread(
+                self.storage.list_dir, writer_dir(self.task, self.epoch)
+            )
+            numbers = [int(name) for e in entries if (name := e.path.rsplit("/", 1)[-1]).isdigit()]
+            self._next_batch = max(numbers, default=-1) + 1
+        batch = self._next_batch
+        self._next_batch += 1
+        return batch
+
+    def _sticky(self, counts: Mapping[str, int]) -> dict[str, int]:
+        # rotate per batch, starting from a point of the task's own, so keyless records
+        # of several tasks do not all pile into partition 0
+        start = crc32(self.task.encode())
+        self._staged += 1
+        return {name: (start + self._staged) % n for name, n in counts.items()}
+
+    def _staged_batch(
+        self, batch: int, segments: list[StagedSegment], topics: Mapping[str, Topic]
+    ) -> StagedBatch:
+        staged = StagedBatch(
+            self.task,
+            self.epoch,
+            batch,
+            segments,
+            {name: topics[name].version for name in {s.topic for s in segments}},
+        )
+        log.debug(
+            "task %s staged batch %s: %d records in %d segments",
+            self.task,
+            staged.dir,
+            staged.records,
+            len(segments),
+        )
+        return staged
+
+
+def _distinct_topics(df: DataFrame) -> list[str]:
+    names = [row[0] for row in df.select("topic").distinct().collect()]
+    if None in names:
+        raise ConfigError("a SourceBatch DataFrame has rows whose topic is null")
+    return names
+
+
+def _by_topic(topic: Column, values: Mapping[str, int]) -> Column:
+    """``values[topic]`` as a Spark expression."""
+    from pyspark.sql import functions as F
+
+    items = sorted(values.items())
+    if len(items) == 1:
+        return F.lit(items[0][1])
+    expr = F.when(topic == items[0][0], items[0][1])
+    for name, value in items[1:]:
+        expr = expr.when(topic == name, value)
+    return expr
+
+
+def _sequenced(
+    df: DataFrame,
+    topic: str | None,
+    counts: Mapping[str, int],
+    sticky: Mapping[str, int],
+    now_ms: int,
+) -> DataFrame:
+    """``df`` with the columns of a staged batch, partition and ``seq`` included."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    columns = set(df.columns)
+    topic_col = F.lit(topic) if topic is not None else F.col("topic")
+    key = F.col("key").cast("binary") if "key" in columns else F.lit(None).cast("binary")
+    headers = (
+        F.coalesce(F.col("headers").cast(HEADERS_DDL), F.array().cast(HEADERS_DDL))
+        if "headers" in columns
+        else F.array().cast(HEADERS_DDL)
+    )
+    timestamp = (
+        F.coalesce(F.unix_millis(F.col("timestamp")), F.lit(now_ms))
+        if "timestamp" in columns
+        else F.lit(now_ms)
+    )
+    count = _by_topic(topic_col, counts)
+    by_key = F.when(key.isNotNull(), F.pmod(F.crc32(key), count).cast("int")).otherwise(
+        _by_topic(topic_col, sticky).cast("int")
+    )
+    if "partition" in columns:
+        given = F.col("partition").cast("int")
+        partition = (
+            F.when(given.isNull(), by_key)
+            .when(
+                (given < 0) | (given >= count),
+                F.raise_error(
+                    F.format_string(
+                        "topic %s has no partition %d (it has %d)", topic_col, given, count
+                    )
+                ),
+            )
+            .otherwise(given)
+        )
+    else:
+        partition = by_key
+    rows = df.select(
+        topic_col.alias("topic"),
+        partition.alias("partition"),
+        key.alias("key"),
+        F.col("value").cast("binary").alias("value"),
+        headers.alias("headers"),
+        timestamp.cast("long").alias("timestamp"),
+        F.monotonically_increasing_id().alias("_order"),
+    )
+    order = Window.partitionBy("topic", "partition").orderBy("_order")
+    return rows.withColumn("seq", F.row_number().over(order) - 1).drop("_order")
+
+
+def _write(df: DataFrame, uri: str) -> None:
+    columns = ["key", "value", "headers", "timestamp", "seq", "topic", "partition"]
+    df.select(*columns).write.partitionBy("topic", "partition").mode("errorifexists").parquet(uri)
+
+
+def _describe(storage: Storage, batch: str) -> list[StagedSegment]:
+    """The segments of a written batch, from its file listing and Parquet footers."""
+    found: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for entry in storage.list_dir(batch, recursive=True):
+        parts = entry.path[len(batch) + 1 :].split("/")
+        if entry.is_dir or len(parts) != 3 or not parts[2].endswith(".parquet"):
+            continue
+        topic_dir, partition_dir, name = parts
+        if name.startswith((".", "_")) or not topic_dir.startswith("topic="):
+            continue
+        key = (topic_dir[len("topic=") :], int(partition_dir[len("partition=") :]))
+        found.setdefault(key, []).append((entry.path, entry.size))
+    segments = []
+    for (topic, partition), files in sorted(found.items()):
+        count, newest, kept = 0, -1, []
+        for path, _size in sorted(files):
+            rows, file_newest = _footer_summary(storage, path)
+            if rows:
+                count += rows
+                newest = max(newest, file_newest)
+                kept.append(path)
+        if count:
+            segments.append(
+                StagedSegment(
+                    topic=topic,
+                    partition=partition,
+                    count=count,
+                    files=kept,
+                    bytes=sum(size for path, size in files if path in kept),
+                    max_timestamp=newest,
+                )
+            )
+    return segments
+
+
+def _footer_summary(storage: Storage, path: str) -> tuple[int, int]:
+    """(rows, newest timestamp) of one Parquet file, from its footer where it can."""
+    meta = storage.footer(path)
+    column = meta.schema.names.index("timestamp")
+    newest = -1
+    for index in range(meta.num_row_groups):
+        group = meta.row_group(index)
+        stats = group.column(column).statistics
+        if group.num_rows == 0:
+            continue
+        if stats is None or not stats.has_min_max:
+            table: pa.Table = storage.read_table([path], columns=["timestamp"])
+            return meta.num_rows, int(pc.max(table["timestamp"]).as_py())
+        newest = max(newest, int(stats.max))
+    return meta.num_rows, newest
