@@ -162,3 +162,25 @@ def test_snapshots_are_taken_purged_and_recovered_from(processes, tmp_path) -> N
 
     latest = asyncio.run(read())
     assert latest == {b"k%d" % (i % 7): b"%d" % i for i in range(403, 410)}
+
+
+def test_a_replicated_config_is_refused_clearly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    from tests.harness import HERDER
+
+    config = tmp_path / "three.properties"
+    config.write_text(
+        f"dataDir={tmp_path}\nserver.id=1\n"
+        + "".join(
+            f"server.{i}=127.0.0.1:{2880 + i}:{3880 + i};127.0.0.1:{2190 + i}\n" for i in (1, 2, 3)
+        )
+    )
+    out = subprocess.run(
+        [*HERDER, "ensemble", "start", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert "replication is not supported yet" in out.stderr and "Traceback" not in out.stderr

@@ -43,6 +43,7 @@ from herder.ensemble.txn import (
 from herder.errors import (
     InvalidSessionTimeout,
     NotLeader,
+    NotSupported,
     ProtocolError,
     SessionExpired,
 )
@@ -100,6 +101,11 @@ class EnsembleServer:
 
     async def start(self) -> None:
         cfg = self.config
+        if not cfg.standalone:
+            raise NotSupported(
+                f"the config lists {len(cfg.peers)} servers, but replication is not supported"
+                " yet: run one server (no server.N lines, or just one)"
+            )
         storage = await asyncio.to_thread(
             Storage.open,
             str(cfg.data_dir),
