@@ -75,6 +75,14 @@ class TaskExecutions:
         self.config = config
         self.storage = Storage(config.storage_root)
         self.spark = spark_runtime(config.spark_properties())
+        # a JVM takes seconds to start: start it now, not when the first task needs it
+        threading.Thread(target=self._warm_up, name="herder-spark-warmup", daemon=True).start()
+
+    def _warm_up(self) -> None:
+        try:
+            self.spark.start()
+        except Exception:
+            log.exception("starting Spark failed; tasks will report the error when they run")
 
     def __call__(
         self,
