@@ -102,6 +102,19 @@ def test_connectors_spread_fail_over_pause_and_delete(cluster: Cluster) -> None:
     assert bad.status_code == 400 and "connector.class" in bad.json()["message"]
     wait_until(lambda: all_running(c, urls[0], names, 2), timeout=60, what="all connectors RUNNING")
     assert sorted(httpx.get(f"{urls[2]}/connectors", timeout=10).json()) == names
+    expanded = httpx.get(f"{urls[2]}/connectors?expand=status&expand=info", timeout=10).json()
+    assert set(expanded) == set(names)
+    assert expanded["c0"]["info"]["type"] == "source" and "connector" in expanded["c0"]["status"]
+    tasks = httpx.get(f"{urls[1]}/connectors/c0/tasks", timeout=10).json()
+    assert [t["id"] for t in tasks] == [
+        {"connector": "c0", "task": 0},
+        {"connector": "c0", "task": 1},
+    ]
+    assert httpx.get(f"{urls[0]}/connectors/c0/tasks/1/status", timeout=10).json()["id"] == 1
+    assert httpx.get(f"{urls[0]}/connectors/c0/tasks/7/status", timeout=10).status_code == 404
+    wrong_shape = httpx.post(f"{urls[0]}/connectors", json={"config": []}, timeout=10)
+    assert wrong_shape.status_code == 400 and wrong_shape.json()["error_code"] == 400
+    assert "paths" in httpx.get(f"{urls[0]}/openapi.json", timeout=10).json()
     # round-robin: 3 connectors and 6 tasks over 3 workers -> each worker has 1 + 2
     load: collections.Counter[str] = collections.Counter()
     for name in names:

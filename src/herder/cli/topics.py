@@ -12,7 +12,7 @@ import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,11 +23,11 @@ from herder.cli.output import (
     print_table,
     text_or_base64,
 )
-from herder.dataplane.metadata import PartitionState, Topic
-from herder.dataplane.reader import slice_table
-from herder.dataplane.storage import Storage
-from herder.dataplane.topics import Topics
-from herder.ensemble.client import EnsembleClient
+
+if TYPE_CHECKING:
+    # imported where used: pyarrow costs every ``herder`` command half a second
+    from herder.dataplane.metadata import PartitionState, Topic
+    from herder.dataplane.topics import Topics
 
 storage_root_option = click.option(
     "--storage-root",
@@ -55,6 +55,10 @@ def topics(ctx: click.Context, timeout: float) -> None:
 
 @asynccontextmanager
 async def _topics(bootstrap: str, storage_root: str | None = None) -> AsyncIterator[Topics]:
+    from herder.dataplane.storage import Storage
+    from herder.dataplane.topics import Topics
+    from herder.ensemble.client import EnsembleClient
+
     settings = click.get_current_context().find_object(dict) or {}
     client = EnsembleClient(
         bootstrap,
@@ -264,6 +268,8 @@ async def _consume(
     max_records: int | None,
     timeout_ms: int | None,
 ) -> None:
+    from herder.dataplane.reader import slice_table
+
     loop = asyncio.get_running_loop()
     printed = 0
     async with _topics(bootstrap, root) as t:

@@ -76,6 +76,7 @@ class SegmentWriter:
         self.auto_create = auto_create
         self.pool = pool if pool is not None else task
         self._next_batch: int | None = None
+        self._allocating = asyncio.Lock()
         self._staged = 0
 
     @property
@@ -138,6 +139,8 @@ class SegmentWriter:
             raise ConfigError("a SourceBatch needs a topic, or a topic column in its DataFrame")
         topics = await self._resolve(names)
         batch = await self._allocate()
+        if not topics:  # an empty DataFrame with a topic column
+            return StagedBatch(self.task, self.epoch, batch, [], {})
         counts = {name: t.partitions for name, t in topics.items()}
         sticky = self._sticky(counts)
         now = self.topics.clock()
@@ -175,15 +178,16 @@ class SegmentWriter:
 
     async def _allocate(self) -> int:
         """The next batch number: past every batch directory this writer already has."""
-        if self._next_batch is None:
-            entries = await asyncio.to_thread(
-                self.storage.list_dir, writer_dir(self.task, self.epoch)
-            )
-            numbers = [int(name) for e in entries if (name := e.path.rsplit("/", 1)[-1]).isdigit()]
-            self._next_batch = max(numbers, default=-1) + 1
-        batch = self._next_batch
-        self._next_batch += 1
-        return batch
+        async with self._allocating:
+            if self._next_batch is None:
+                entries = await asyncio.to_thread(
+                    self.storage.list_dir, writer_dir(self.task, self.epoch)
+                )
+                names = [e.path.rsplit("/", 1)[-1] for e in entries]
+                self._next_batch = max((int(n) for n in names if n.isdigit()), default=-1) + 1
+            batch = self._next_batch
+            self._next_batch += 1
+            return batch
 
     def _sticky(self, counts: Mapping[str, int]) -> dict[str, int]:
         # rotate per batch, starting from a point of the task's own, so keyless records

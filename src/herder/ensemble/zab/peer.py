@@ -63,6 +63,8 @@ class Peer:
         self.election_epoch = 0
         self.vote: Vote
         self.state = ServerState.LOOKING
+        #: the latest time an input brought, for inputs that bring none (propose)
+        self._now = now_ms
         self._role: Election | Leader | Learner
         self._look(now_ms, "starting")
 
@@ -74,6 +76,7 @@ class Peer:
 
     def step(self, message: Message, from_id: int, now_ms: int) -> None:
         """Take one message ``from_id`` sent."""
+        self._now = now_ms
         role = self._role
         try:
             if isinstance(message, Notification):
@@ -88,6 +91,7 @@ class Peer:
 
     def tick(self, now_ms: int) -> None:
         """Let time pass: resend votes, ping, time out silent servers."""
+        self._now = now_ms
         role = self._role
         try:
             if isinstance(role, Election):
@@ -99,6 +103,7 @@ class Peer:
 
     def disk_done(self, token: int, now_ms: int) -> None:
         """Disk op ``token`` and every one issued before it are durable."""
+        self._now = now_ms
         self.node.disk_done(token)
         role = self._role
         try:
@@ -112,7 +117,11 @@ class Peer:
         role = self._role
         if not (isinstance(role, Leader) and role.established):
             raise NotLeader(f"server {self.id} is not an established leader")
-        return role.propose(payload)
+        try:
+            return role.propose(payload)
+        except StepDown as stop:
+            self._look(self._now, str(stop))
+            raise NotLeader(f"server {self.id} stepped down: {stop}") from None
 
     def forward(self, payload: bytes) -> None:
         """Get a client write proposed: directly on the leader, by REQUEST on a learner."""
@@ -120,7 +129,7 @@ class Peer:
         if isinstance(role, Learner) and role.synced:
             role.forward(payload)
         elif isinstance(role, Leader) and role.established:
-            role.propose(payload)
+            self.propose(payload)
         else:
             raise NotLeader(f"server {self.id} has no established leader to forward to")
 
