@@ -1,0 +1,231 @@
+"""The leader's side of discovery, establishment and broadcast."""
+
+from __future__ import annotations
+
+import pytest
+
+from herder.ensemble.zab import (
+    EpochKind,
+    Leading,
+    Looking,
+    LostLeadership,
+    SaveEpoch,
+    ServerState,
+    Snapshot,
+    Touches,
+    ZabConfig,
+)
+from herder.ensemble.zab.messages import (
+    Ack,
+    AckEpoch,
+    Commit,
+    FollowerInfo,
+    Inform,
+    LeaderInfo,
+    NewLeader,
+    Ping,
+    Proposal,
+    Request,
+    UpToDate,
+)
+from herder.errors import NotLeader
+from tests.unit.zab.harness import (
+    Driver,
+    FakeHost,
+    config,
+    elected_leader,
+    kinds,
+    sync_learner,
+    txns,
+    z,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def established(cfg: ZabConfig | None = None, *, learners: tuple[int, ...] = (2,)) -> Driver:
+    """Leader 1 of epoch 2, with ``learners`` synchronised and up to date."""
+    leader = elected_leader(cfg or config(), host=FakeHost(snapshot=Snapshot(0, b"s")))
+    for sid in learners:
+        sync_learner(leader, sid, leader.peer.status.last_zxid, 1)
+        leader.step(Ack(session=1000 + sid, seq=2, zxid=z(2, 0)), sid)
+    assert leader.peer.status.serving
+    return leader
+
+
+def test_accepted_epoch_is_on_disk_before_leaderinfo_goes_out() -> None:
+    leader = elected_leader(config())
+    leader.hold_disk = True
+    leader.step(FollowerInfo(session=7, seq=0, accepted_epoch=1), 2)
+    assert [op for op in leader.disk if isinstance(op, SaveEpoch)] == [
+        SaveEpoch(token=1, kind=EpochKind.ACCEPTED, epoch=2)
+    ]
+    assert leader.to(2) == []
+    leader.release_disk()
+    assert leader.to(2) == [LeaderInfo(session=7, seq=0, epoch=2)]
+
+
+def test_the_new_epoch_is_one_past_the_highest_accepted_by_the_quorum() -> None:
+    leader = elected_leader(config())
+    leader.step(FollowerInfo(session=7, seq=0, accepted_epoch=6), 2)
+    assert leader.to(2) == [LeaderInfo(session=7, seq=0, epoch=7)]
+
+
+def test_a_learner_ahead_of_the_leader_is_refused() -> None:
+    leader = elected_leader(config(), log_tail=txns(z(1, 1)))
+    got = sync_learner(leader, 2, z(1, 5), 1)
+    assert kinds(got) == ["LeaderInfo(2)"]  # no sync: the session is gone
+    assert leader.peer.status.phase.name == "DISCOVERY"
+    # a learner that is not ahead completes discovery instead
+    assert kinds(sync_learner(leader, 3, z(1, 1), 1))[1:] == [
+        f"Diff({z(1, 1):#x})",
+        f"NewLeader({z(2, 0):#x})",
+    ]
+
+
+def test_establishment_needs_a_quorum_of_newleader_acks_and_commits_the_history() -> None:
+    leader = elected_leader(config(), log_tail=txns(z(1, 1), z(1, 2)))
+    sync_learner(leader, 2, z(1, 2), 1)
+    assert not leader.peer.status.serving
+    assert leader.committed == []  # the initial history is not committed yet
+    ready = leader.step(Ack(session=1002, seq=2, zxid=z(2, 0)), 2)
+    assert Leading(2) in ready.events
+    assert [t.zxid for t in ready.committed] == [z(1, 1), z(1, 2)]
+    assert leader.to(2)[-1] == UpToDate(session=1002, seq=3)
+
+
+def test_the_leader_counts_its_own_newleader_ack_only_once_its_disk_has_it() -> None:
+    leader = elected_leader(config())
+    leader.hold_disk = True
+    leader.step(FollowerInfo(session=7, seq=0, accepted_epoch=1), 2)
+    leader.release_disk()
+    leader.hold_disk = True
+    leader.step(AckEpoch(session=7, seq=1, current_epoch=1, last_zxid=0), 2)
+    leader.step(Ack(session=7, seq=2, zxid=z(2, 0)), 2)
+    assert not leader.peer.status.serving  # currentEpoch is not durable yet
+    ready = leader.release_disk()
+    assert Leading(2) in ready.events
+
+
+def test_a_proposal_commits_once_a_quorum_has_it_on_disk() -> None:
+    leader = established()
+    leader.hold_disk = True
+    zxid = leader.peer.propose(b"w1")
+    assert zxid == z(2, 1)
+    leader.drain()
+    proposal = leader.to(2)[-1]
+    assert isinstance(proposal, Proposal) and proposal.txn.payload == b"w1"
+    # the follower's ACK alone is not enough while the leader's own disk lags
+    leader.step(Ack(session=1002, seq=3, zxid=zxid), 2)
+    assert leader.committed == []
+    ready = leader.release_disk()
+    assert [t.zxid for t in ready.committed] == [zxid]
+    assert leader.to(2)[-1] == Commit(session=1002, seq=proposal.seq + 1, zxid=zxid)
+
+
+def test_one_ack_covers_every_proposal_up_to_its_zxid() -> None:
+    leader = established()
+    zxids = [leader.peer.propose(b"w%d" % i) for i in range(3)]
+    leader.drain()
+    ready = leader.step(Ack(session=1002, seq=3, zxid=zxids[-1]), 2)
+    assert [t.zxid for t in ready.committed] == zxids
+    commits = [p for p in leader.to(2) if isinstance(p, Commit)]
+    assert [c.zxid for c in commits] == [zxids[-1]]
+
+
+def test_observers_get_informs_and_never_count_towards_a_commit() -> None:
+    leader = established(config(3, observers=[4]))
+    got = sync_learner(leader, 4, 0, 1, observer=True)
+    assert isinstance(got[-1], NewLeader)
+    leader.step(Ack(session=1004, seq=2, zxid=z(2, 0)), 4)
+    assert isinstance(leader.to(4)[-1], UpToDate)
+    leader.hold_disk = True
+    zxid = leader.peer.propose(b"w1")
+    leader.drain()
+    assert not any(isinstance(p, Proposal) for p in leader.to(4))
+    leader.step(Ack(session=1004, seq=3, zxid=zxid), 4)  # an observer's ACK counts for nothing
+    leader.release_disk()
+    assert leader.committed == []
+    leader.step(Ack(session=1002, seq=3, zxid=zxid), 2)
+    assert [t.zxid for t in leader.committed] == [zxid]
+    inform = leader.to(4)[-1]
+    assert isinstance(inform, Inform) and inform.txn.zxid == zxid
+
+
+def test_propose_on_a_leader_not_yet_established_fails() -> None:
+    leader = elected_leader(config())
+    with pytest.raises(NotLeader):
+        leader.peer.propose(b"w")
+
+
+def test_a_request_from_a_learner_is_proposed() -> None:
+    leader = established()
+    ready = leader.step(Ping(session=1002, seq=3, zxid=0, touches=[b"s1"]), 2)
+    assert ready.touches == [Touches(2, [b"s1"])]
+    leader.step(Request(session=1002, seq=4, payload=b"forwarded"), 2)
+    assert any(isinstance(p, Proposal) and p.txn.payload == b"forwarded" for p in leader.to(2))
+
+
+def test_the_leader_pings_every_half_tick() -> None:
+    leader = established()
+    before = len(leader.to(2))
+    for now in range(100, 600, 50):
+        leader.tick(now)
+    pings = [p for p in leader.to(2)[before:] if isinstance(p, Ping)]
+    assert len(pings) == 10
+
+
+def test_a_leader_stays_while_its_followers_answer_pings() -> None:
+    leader = established()
+    seq = 3
+    for now in range(50, 2000, 50):
+        leader.tick(now)
+        leader.step(Ping(session=1002, seq=seq, zxid=0), 2)
+        seq += 1
+    assert leader.peer.status.serving
+
+
+def test_a_leader_without_a_quorum_steps_down_at_once_and_says_so() -> None:
+    leader = established()
+    events = []
+    for now in range(50, 2000, 50):
+        events += leader.tick(now).events
+        if events:
+            break
+    # learner 2 was last heard at 50: dropped once silent for more than syncLimit (5
+    # ticks), at the next full tick, and the quorum with it
+    assert leader.now == 650
+    lost, looking = events
+    assert isinstance(lost, LostLeadership) and lost.epoch == 2 and "quorum" in lost.reason
+    assert isinstance(looking, Looking)
+    assert leader.peer.status.state is ServerState.LOOKING
+    with pytest.raises(NotLeader):
+        leader.peer.propose(b"late")
+
+
+def test_observers_beyond_the_snap_throttle_are_turned_away_but_followers_are_not() -> None:
+    cfg = config(3, observers=[4, 5], max_concurrent_snap_syncs=1)
+    leader = established(cfg, learners=(2,))
+    first = sync_learner(leader, 4, 0, 0, needs_snap=True, observer=True)
+    second = sync_learner(leader, 5, 0, 0, needs_snap=True, observer=True)
+    assert kinds(first)[1] == "Snap(0x0)" and isinstance(first[-1], NewLeader)
+    assert kinds(second) == ["LeaderInfo(2)"]  # throttled: the session was dropped
+    third = sync_learner(leader, 3, 0, 1, needs_snap=True)
+    assert kinds(third)[1] == "Snap(0x0)"  # followers are exempt
+    # a sync ends with its NEWLEADER ACK, which frees its place
+    leader.step(Ack(session=1004, seq=2, zxid=z(2, 0)), 4)
+    leader.step(Ack(session=1003, seq=2, zxid=z(2, 0)), 3)
+    again = sync_learner(leader, 5, 0, 0, needs_snap=True, observer=True, session=2005)
+    assert kinds(again)[1] == "Snap(0x0)"
+
+
+def test_a_leader_whose_zxid_counter_runs_out_steps_down_for_a_new_epoch() -> None:
+    leader = elected_leader(config(), log_tail=txns(z(1, 0xFFFF_FFFE)))
+    sync_learner(leader, 2, z(1, 0xFFFF_FFFE), 1)
+    leader.step(Ack(session=1002, seq=2, zxid=z(2, 0)), 2)
+    assert leader.peer.status.serving
+    leader.peer.node.history.last = z(2, 0xFFFF_FFFF)  # as if 2**32 - 1 writes went by
+    with pytest.raises(NotLeader, match="exhausted"):
+        leader.peer.propose(b"one too many")
+    ready = leader.drain()
+    assert isinstance(ready.events[0], LostLeadership)
