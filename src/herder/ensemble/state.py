@@ -86,6 +86,11 @@ class SessionInfo(msgspec.Struct, frozen=True):
     owned_keys: int
 
 
+def _frozen(headers: list[tuple[str, bytes]]) -> tuple[tuple[str, bytes], ...]:
+    # () is a shared constant: the common headerless record adds nothing for gc to scan
+    return tuple(headers) if headers else ()
+
+
 def _size(rec: Record) -> int:
     size = len(rec.key) if rec.key is not None else 0
     if rec.value is not None:
@@ -420,10 +425,10 @@ class StateMachine:
                     key = op.key
                     assert key is not None  # _check refused it otherwise
                     owner = session_id if op.owned and op.value is not None else 0
-                    rec = Record(offset, key, op.value, op.headers, timestamp, zxid, owner)
+                    rec = Record(offset, key, op.value, _frozen(op.headers), timestamp, zxid, owner)
                     self._put(log, key, rec)
                 else:
-                    log.append(Record(offset, op.key, op.value, op.headers, timestamp, zxid))
+                    log.append(Record(offset, op.key, op.value, _frozen(op.headers), timestamp, zxid))
                 log.last_zxid = zxid
                 offsets.append(offset)
                 continue
@@ -603,7 +608,7 @@ class StateMachine:
             log = self._logs[name]
             assert isinstance(log, _CompactedLog)  # only compacted records are owned
             self._put(
-                log, key, Record(log.end_offset, key, None, [], header.timestamp_ms, header.zxid)
+                log, key, Record(log.end_offset, key, None, (), header.timestamp_ms, header.zxid)
             )
             log.last_zxid = header.zxid
         self._ended[session.session_id] = expired

@@ -230,7 +230,8 @@ class Record(msgspec.Struct, array_like=True, frozen=True, gc=False):
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    #: a tuple, so a stored record holds no container the garbage collector must track
+    headers: tuple[tuple[str, bytes], ...]
     timestamp_ms: int
     zxid: int
     owner_session: int = 0

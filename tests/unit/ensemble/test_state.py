@@ -206,7 +206,7 @@ def test_plain_log_keeps_every_record(leader: Leader) -> None:
         (1, b"k", b"2"),
         (2, b"k", None),
     ]
-    assert records[0].headers == [("h", b"x")]
+    assert records[0].headers == (("h", b"x"),)
     assert {r.timestamp_ms for r in records} == {5_555}  # the header's clock, not the host's
     assert [r.zxid for r in records] == [first.zxid, first.zxid, second.zxid]
     info = leader.sm.describe("plain")

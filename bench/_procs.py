@@ -1,0 +1,428 @@
+"""What every benchmark needs around the thing it measures.
+
+Servers run as child processes bound to 127.0.0.1, started with their output in a log
+file and stopped by PID (SIGTERM, then SIGKILL) in ``finally`` blocks, so neither a
+failure nor Ctrl-C leaves one behind. CPU time is read from ``/proc/<pid>/stat`` so a
+benchmark can say how much CPU a server spent on the work it did, whatever language the
+server is written in. Load comes from client processes (``multiprocessing``, spawn) that
+report over a queue and count what they complete inside one shared measured
+:class:`Window`. Figures go to stdout as one JSON object; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import math
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.process
+import os
+import platform
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_PR_SET_PDEATHSIG = 1
+# Looked up now, not in the forked child, where loading a library is not safe.
+_prctl: Callable[..., int] | None = None
+with contextlib.suppress(OSError, AttributeError):
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def progress(message: str) -> None:
+    """One line of human progress on stderr (stdout is kept for the JSON figures)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def emit_json(figures: dict[str, Any], *, pretty: bool = False) -> None:
+    """Print the benchmark's figures as one JSON object on stdout."""
+    print(json.dumps(figures, indent=2 if pretty else None), flush=True)
+
+
+# -- ports and polling -------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A port that was free on 127.0.0.1 a moment ago (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
+        return True
+    return False
+
+
+def wait_until(
+    condition: Callable[[], object], *, timeout: float, what: str, interval: float = 0.1
+) -> object:
+    """Poll ``condition`` until it returns something truthy; raise after ``timeout`` s.
+
+    Exceptions from ``condition`` count as "not yet" (the thing polled may still be
+    starting); the last one is named in the error if time runs out.
+    """
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except Exception as exc:
+            last_exc = exc
+        else:
+            if value:
+                return value
+        time.sleep(interval)
+    detail = f" (last error: {last_exc})" if last_exc else ""
+    raise TimeoutError(f"{what} did not happen within {timeout:.0f}s{detail}")
+
+
+# -- processes ---------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGTERM us if the benchmark is killed -9."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Service:
+    """One server process with its output captured in a log file; stop it by PID."""
+
+    def __init__(self, name: str, args: Sequence[str], log_path: Path, cwd: Path) -> None:
+        self.name = name
+        self.args = list(args)
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # Its own process group keeps the terminal's Ctrl-C away from it: the benchmark
+        # stops it in order instead of racing its exit. It stays in the benchmark's
+        # session, so the scheduler treats server and clients as one group (autogroup).
+        self.popen = subprocess.Popen(
+            self.args,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env=env,
+            process_group=0,
+            preexec_fn=_die_with_parent if _prctl is not None else None,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def check_alive(self) -> None:
+        """Raise, quoting the end of its log, if the process has exited."""
+        if not self.alive():
+            raise RuntimeError(
+                f"{self.name} exited with status {self.popen.returncode}; "
+                f"the end of {self.log_path}:\n{self.log_tail()}"
+            )
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, wait up to ``timeout`` s, then SIGKILL; return the exit status."""
+        try:
+            if self.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGTERM)
+                try:
+                    self.popen.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.pid, signal.SIGKILL)
+                    self.popen.wait(timeout=10)
+        finally:
+            self._log.close()
+        return self.popen.returncode
+
+
+class Services:
+    """Every service a benchmark started; :meth:`stop_all` stops them newest first."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[Service] = []
+
+    def start(self, name: str, args: Sequence[str], *, cwd: Path | None = None) -> Service:
+        service = Service(name, args, self.log_dir / f"{name}.log", cwd or self.log_dir)
+        self.started.append(service)
+        return service
+
+    def stop_all(self) -> None:
+        while self.started:
+            service = self.started.pop()
+            try:
+                service.stop()
+            except Exception as exc:
+                progress(f"could not stop {service.name} (pid {service.pid}): {exc}")
+
+    def __enter__(self) -> Services:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt, so ``finally`` blocks run as on Ctrl-C."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def children_ignore_sigint() -> Iterator[None]:
+    """Start child processes in this block so they ignore Ctrl-C from their first moment.
+
+    The terminal sends Ctrl-C to the whole foreground process group; the benchmark
+    handles it and stops its children itself, which would otherwise die mid-import with
+    tracebacks. An ignored signal stays ignored across exec, and Python then installs no
+    handler of its own. Keep the block short: the parent ignores Ctrl-C while in it.
+    """
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# -- client processes -------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """Operations a client process completed inside the measured window (thread-safe)."""
+
+    ops: int = 0
+    errors: int = 0
+    first_error: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def completed(self, start: float, stop: float) -> None:
+        now = time.monotonic()
+        if start <= now < stop:
+            with self._lock:
+                self.ops += 1
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self.errors += 1
+            if not self.first_error:
+                self.first_error = f"{type(exc).__name__}: {exc}"
+
+    def report(self) -> dict[str, Any]:
+        return {"ops": self.ops, "errors": self.errors, "first_error": self.first_error}
+
+
+class Window:
+    """The measured interval, set by the benchmark once every client process is ready.
+
+    Clients start their load when ``go`` is set and count what completes between
+    ``start`` and ``stop`` (``time.monotonic``, one clock for every process on Linux);
+    the time before ``start`` is the warm-up.
+    """
+
+    def __init__(self, ctx: multiprocessing.context.SpawnContext, timeout: float) -> None:
+        self._bounds = ctx.Array("d", 2, lock=False)
+        self._go = ctx.Event()
+        self._timeout = timeout
+
+    def open(self, start: float, stop: float) -> None:
+        self._bounds[0], self._bounds[1] = start, stop
+        self._go.set()
+
+    def wait(self) -> tuple[float, float]:
+        if not self._go.wait(self._timeout):
+            raise TimeoutError("the benchmark never started the measurement")
+        return self._bounds[0], self._bounds[1]
+
+
+def collect(
+    results: Any, procs: Sequence[multiprocessing.process.BaseProcess], kind: str, timeout: float
+) -> dict[int, Any]:
+    """Wait for a ``kind`` message from every client process; raise if one fails or dies.
+
+    Client processes put ``(kind, worker, payload)`` tuples on ``results``: ``"ready"``
+    once connected, ``"done"`` with their outcome, or ``"failed"`` with the error.
+    """
+    got: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    while len(got) < len(procs):
+        try:
+            message, worker, payload = results.get(timeout=0.5)
+        except queue.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(
+                    f"client process {dead[0].name} died with status {dead[0].exitcode}"
+                ) from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{len(procs) - len(got)} client process(es) not {kind} after {timeout:.0f}s"
+                ) from None
+            continue
+        if message == "failed":
+            raise RuntimeError(f"client process {worker} failed: {payload}")
+        if message == kind:
+            got[worker] = payload
+    return got
+
+
+def stop_processes(procs: Sequence[multiprocessing.process.BaseProcess], grace: float) -> None:
+    """Give client processes ``grace`` seconds to exit by themselves, then stop them."""
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)
+
+
+# -- CPU accounting ----------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds ``pid`` has used so far, all its threads included."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    # The command name (field 2) may contain spaces and parentheses: split after it.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    utime, stime = int(fields[11]), int(fields[12])
+    return (utime + stime) / _CLOCK_TICKS
+
+
+@dataclass(frozen=True)
+class MachineCpu:
+    """A reading of ``/proc/stat``: busy and total jiffies over all cores."""
+
+    busy: int
+    total: int
+
+    @classmethod
+    def read(cls) -> MachineCpu:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+        total = sum(values[:8])  # guest time is already counted in user
+        return cls(total - idle, total)
+
+    def busy_fraction_since(self, earlier: MachineCpu) -> float:
+        """The share of all cores' time that was busy between ``earlier`` and this."""
+        elapsed = self.total - earlier.total
+        return (self.busy - earlier.busy) / elapsed if elapsed else 0.0
+
+
+# -- figures -----------------------------------------------------------------------------
+
+
+def percentile(sorted_samples: Sequence[float], pct: float) -> float:
+    """The ``pct``-th percentile (nearest rank) of samples sorted ascending."""
+    if not sorted_samples:
+        raise ValueError("no samples")
+    rank = max(1, math.ceil(pct / 100 * len(sorted_samples)))
+    return sorted_samples[rank - 1]
+
+
+def latency_summary_ms(samples_ns: Sequence[int]) -> dict[str, float | int]:
+    """Median, p99, mean and max of latencies given in nanoseconds, in milliseconds."""
+    ordered = sorted(samples_ns)
+    return {
+        "count": len(ordered),
+        "p50_ms": round(percentile(ordered, 50) / 1e6, 3),
+        "p99_ms": round(percentile(ordered, 99) / 1e6, 3),
+        "mean_ms": round(sum(ordered) / len(ordered) / 1e6, 3),
+        "max_ms": round(ordered[-1] / 1e6, 3),
+    }
+
+
+def ratio(numerator: float | None, denominator: float | None, digits: int = 3) -> float | None:
+    """``numerator / denominator`` rounded, or None when either side is missing or zero."""
+    if not numerator or not denominator:
+        return None
+    return round(numerator / denominator, digits)
+
+
+def fdatasync_latency_ms(directory: Path, samples: int = 200) -> dict[str, float | int]:
+    """How long the disk under ``directory`` takes to make a small append durable.
+
+    Both an ensemble server's synchronous write and ZooKeeper's wait for one such sync,
+    so this is the floor under their latency, measured where their data lives.
+    """
+    path = directory / ".fdatasync-probe"
+    sync = getattr(os, "fdatasync", os.fsync)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        timings = []
+        for _ in range(samples):
+            os.write(fd, b"x" * 100)
+            began = time.perf_counter_ns()
+            sync(fd)
+            timings.append(time.perf_counter_ns() - began)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return latency_summary_ms(timings)
+
+
+def machine_info() -> dict[str, Any]:
+    """What a reader needs to compare figures from two machines."""
+    info: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        # a busy or reniced machine explains odd figures
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "nice": os.nice(0),
+    }
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        # "/autogroup-28 nice 0": the scheduler weighs the session's processes as one
+        info["autogroup_nice"] = int(Path("/proc/self/autogroup").read_text().split()[-1])
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                info["memory_gib"] = round(int(line.split()[1]) / 1024**2, 1)
+                break
+    return info

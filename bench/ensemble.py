@@ -1,0 +1,956 @@
+"""Benchmark herder's ensemble against Apache ZooKeeper 3.8, side by side in one run.
+
+    python bench/ensemble.py [--servers N] [--seconds S] [--in-flight K] [--skip-zookeeper]
+
+For each system the benchmark starts its own server on 127.0.0.1 with a fresh data
+directory and fsync on, then measures:
+
+* synchronous write latency: one client, one 100-byte write at a time (median, p99);
+* write throughput: client processes, each keeping ``--in-flight`` 100-byte writes
+  outstanding, added one at a time until the server, not the clients, is the limit —
+  its CPU reaches 90% of one core (herder's server is one Python event loop), or one
+  more client process raises writes/s by less than 10% — or ``--max-clients`` is
+  reached (then the clients were the limit);
+* read throughput, with the client-process count that wrote fastest;
+* the server's CPU seconds per thousand writes, from ``/proc/<pid>/stat``.
+
+herder writes are ``append`` to one log and reads are ``read(log, random offset,
+max_records=1)``. ZooKeeper writes are asynchronous ``create`` of sequential znodes under
+one parent (the closest thing it has to an append), reads are asynchronous ``get`` of
+random znodes among those, and asynchronous ``set`` is measured for orientation; all go
+through kazoo, with the same client-process counts as herder and the same number in
+flight. The figures and the herder/ZooKeeper ratios are printed as one JSON object on
+stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import logging
+import math
+import multiprocessing
+import multiprocessing.context
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the ``bench`` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _procs
+from herder import __version__ as herder_version
+from herder.ensemble.client import EnsembleClient, server_status
+from herder.ensemble.state import RESULT_WINDOW
+from herder.errors import HerderError
+
+HERDER_LOG = "bench"
+ZK_PARENT = "/herder-bench/writes"
+#: sequential children are named prefix + a 10-digit counter starting at 0
+ZK_CHILD_PREFIX = "w-"
+ZK_JAR = Path("/usr/share/java/zookeeper.jar")
+ZK_STANDALONE_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+#: the heap ZooKeeper's own zkServer.sh gives a server by default
+ZK_JVM_OPTIONS = ("-Xmx1000m",)
+TICK_TIME_MS = 2000
+
+READY_TIMEOUT_S = 60.0
+SERVER_CPU_LIMIT = 0.90
+MIN_GAIN = 0.10
+#: other processes' CPU (in % of one core) above which a run is flagged as not representative
+OTHER_CPU_WARNING_PCT = 25.0
+
+
+class UnsupportedSetup(Exception):
+    """The benchmark cannot run as asked; the message says why and what to do."""
+
+
+# -- the ensemble under test ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerSlot:
+    """One server of an ensemble: its id and the ports it listens on (all 127.0.0.1)."""
+
+    server_id: int
+    client_port: int
+    quorum_port: int
+    election_port: int
+
+
+def check_servers(servers: int) -> None:
+    """Refuse an ensemble size this build cannot start (replication is not built yet)."""
+    if servers != 1:
+        raise UnsupportedSetup(
+            f"--servers {servers} needs a replicated ensemble, which this build does not have yet"
+        )
+
+
+def plan_ensemble(servers: int) -> list[ServerSlot]:
+    """Ids and free ports on 127.0.0.1 for ``servers`` servers."""
+    check_servers(servers)
+    return [
+        ServerSlot(i, _procs.free_port(), _procs.free_port(), _procs.free_port())
+        for i in range(1, servers + 1)
+    ]
+
+
+def bootstrap(slots: Sequence[ServerSlot]) -> str:
+    """The client connect string for ``slots``: ``127.0.0.1:p1,127.0.0.1:p2,…``."""
+    return ",".join(f"127.0.0.1:{s.client_port}" for s in slots)
+
+
+def herder_properties(slot: ServerSlot, slots: Sequence[ServerSlot], data_dir: Path) -> str:
+    """The ``herder ensemble start`` config of ``slot`` (fsync is always on)."""
+    lines = [
+        f"dataDir={data_dir}",
+        f"clientPort={slot.client_port}",
+        "clientPortAddress=127.0.0.1",
+        f"tickTime={TICK_TIME_MS}",
+    ]
+    if len(slots) > 1:
+        lines.append(f"server.id={slot.server_id}")
+        lines += [
+            f"server.{s.server_id}=127.0.0.1:{s.quorum_port}:{s.election_port}"
+            f";127.0.0.1:{s.client_port}"
+            for s in slots
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def zookeeper_cfg(slot: ServerSlot, slots: Sequence[ServerSlot], data_dir: Path) -> str:
+    """The ``zoo.cfg`` of ``slot``: fsync forced, admin server off, 127.0.0.1 only."""
+    lines = [
+        f"dataDir={data_dir}",
+        f"clientPort={slot.client_port}",
+        "clientPortAddress=127.0.0.1",
+        f"tickTime={TICK_TIME_MS}",
+        "forceSync=yes",
+        "admin.enableServer=false",
+    ]
+    if len(slots) > 1:
+        lines += ["initLimit=10", "syncLimit=5"]
+        lines += [
+            f"server.{s.server_id}=127.0.0.1:{s.quorum_port}:{s.election_port}" for s in slots
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# -- client processes -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadJob:
+    """What one client process does: keep ``in_flight`` operations outstanding."""
+
+    system: str
+    op: str
+    address: str
+    in_flight: int
+    record_bytes: int
+    worker: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class LatencyJob:
+    """One client, one write at a time: ``warmup`` untimed writes, then ``writes`` timed."""
+
+    system: str
+    address: str
+    record_bytes: int
+    warmup: int
+    writes: int
+    seed: int
+
+
+def record_value(record_bytes: int, seed: int) -> bytes:
+    return random.Random(seed).randbytes(record_bytes)
+
+
+def client_process(job: LoadJob | LatencyJob, window: _procs.Window | None, results: Any) -> None:
+    """A spawned client process: run ``job`` and put its outcome on ``results``."""
+    # Ctrl-C is the benchmark's to handle: it stops the client processes it started.
+    # (Started under children_ignore_sigint, so this only restates it.)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker = job.worker if isinstance(job, LoadJob) else 0
+
+    def ready() -> None:
+        results.put(("ready", worker, None))
+
+    try:
+        if isinstance(job, LatencyJob):
+            if job.system == "herder":
+                outcome = asyncio.run(_herder_latency(job))
+            else:
+                outcome = _zookeeper_latency(job)
+        else:
+            assert window is not None
+            if job.system == "herder":
+                outcome = asyncio.run(_herder_load(job, window, ready))
+            else:
+                outcome = _zookeeper_load(job, window, ready)
+    except BaseException as exc:
+        results.put(("failed", worker, f"{type(exc).__name__}: {exc}"))
+        return
+    results.put(("done", worker, outcome))
+
+
+async def _herder_latency(job: LatencyJob) -> dict[str, Any]:
+    value = record_value(job.record_bytes, job.seed)
+    async with EnsembleClient(job.address, name="bench-latency") as client:
+        for _ in range(job.warmup):
+            await client.append(HERDER_LOG, value)
+        samples = []
+        for _ in range(job.writes):
+            began = time.perf_counter_ns()
+            await client.append(HERDER_LOG, value)
+            samples.append(time.perf_counter_ns() - began)
+    return _procs.latency_summary_ms(samples)
+
+
+async def _herder_load(
+    job: LoadJob, window: _procs.Window, ready: Callable[[], None]
+) -> dict[str, Any]:
+    # One session may have RESULT_WINDOW writes in flight, so a process that wants more
+    # opens several sessions and spreads its in-flight slots over them.
+    sessions = max(1, math.ceil(job.in_flight / RESULT_WINDOW))
+    rng = random.Random(job.seed)
+    value = record_value(job.record_bytes, job.seed)
+    clients: list[EnsembleClient] = []
+    try:
+        for i in range(sessions):
+            client = EnsembleClient(job.address, name=f"bench-{job.worker}-{i}")
+            clients.append(client)
+            await client.start()
+        if job.op == "read":
+            end = (await clients[0].end_offsets([HERDER_LOG]))[HERDER_LOG]
+            if end == 0:
+                raise RuntimeError(f"log {HERDER_LOG!r} is empty: nothing to read")
+
+            def operation(client: EnsembleClient) -> Awaitable[Any]:
+                return client.read(HERDER_LOG, rng.randrange(end), max_records=1)
+        else:
+
+            def operation(client: EnsembleClient) -> Awaitable[Any]:
+                return client.append(HERDER_LOG, value)
+
+        ready()
+        start, stop = await asyncio.to_thread(window.wait)
+        tally = _procs.Tally()
+
+        async def slot(client: EnsembleClient) -> None:
+            while time.monotonic() < stop:
+                try:
+                    await operation(client)
+                except HerderError as exc:
+                    tally.failed(exc)
+                else:
+                    tally.completed(start, stop)
+
+        await asyncio.gather(*(slot(clients[i % sessions]) for i in range(job.in_flight)))
+        return tally.report()
+    finally:
+        for client in clients:
+            await client.close()
+
+
+def _kazoo(address: str) -> Any:
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=address, timeout=30.0)
+    zk.start(timeout=15)
+    return zk
+
+
+def _zookeeper_latency(job: LatencyJob) -> dict[str, Any]:
+    value = record_value(job.record_bytes, job.seed)
+    path = f"{ZK_PARENT}/{ZK_CHILD_PREFIX}"
+    zk = _kazoo(job.address)
+    try:
+        for _ in range(job.warmup):
+            zk.create(path, value, sequence=True)
+        samples = []
+        for _ in range(job.writes):
+            began = time.perf_counter_ns()
+            zk.create(path, value, sequence=True)
+            samples.append(time.perf_counter_ns() - began)
+    finally:
+        zk.stop()
+        zk.close()
+    return _procs.latency_summary_ms(samples)
+
+
+def _zookeeper_load(
+    job: LoadJob, window: _procs.Window, ready: Callable[[], None]
+) -> dict[str, Any]:
+    rng = random.Random(job.seed)
+    value = record_value(job.record_bytes, job.seed)
+    zk = _kazoo(job.address)
+    try:
+        children = zk.get(ZK_PARENT)[1].numChildren
+
+        def child() -> str:
+            return f"{ZK_PARENT}/{ZK_CHILD_PREFIX}{rng.randrange(children):010d}"
+
+        if job.op == "create":
+            path = f"{ZK_PARENT}/{ZK_CHILD_PREFIX}"
+
+            def operation() -> Any:
+                return zk.create_async(path, value, sequence=True)
+        elif job.op == "set":
+
+            def operation() -> Any:
+                return zk.set_async(child(), value)
+        else:
+
+            def operation() -> Any:
+                return zk.get_async(child())
+
+        if job.op != "create" and children == 0:
+            raise RuntimeError(f"{ZK_PARENT} has no children to {job.op}")
+        ready()
+        start, stop = window.wait()
+        tally = _procs.Tally()
+        # kazoo's asynchronous calls never push back, so a semaphore bounds what is out.
+        slots = threading.Semaphore(job.in_flight)
+
+        def done(result: Any) -> None:
+            exc = result.exception
+            if exc is None:
+                tally.completed(start, stop)
+            else:
+                tally.failed(exc)
+            slots.release()
+
+        while time.monotonic() < stop:
+            if slots.acquire(timeout=0.1):
+                operation().rawlink(done)
+        # Let what is in flight finish before the session closes under it.
+        drain_until = time.monotonic() + 30
+        for _ in range(job.in_flight):
+            if not slots.acquire(timeout=max(0.0, drain_until - time.monotonic())):
+                break
+        return tally.report()
+    finally:
+        zk.stop()
+        zk.close()
+
+
+# -- measurements -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The knobs every measurement shares."""
+
+    seconds: float
+    warmup_seconds: float
+    server_warmup_seconds: float
+    in_flight: int
+    record_bytes: int
+    max_clients: int
+    sync_writes: int
+    sync_warmup: int
+
+
+def warm_up_server(system: str, op: str, address: str, server_pid: int, settings: Settings) -> None:
+    """Unmeasured write load first, so a JVM has compiled its hot paths before figures count."""
+    if settings.server_warmup_seconds > 0:
+        _procs.progress(f"{system}: {settings.server_warmup_seconds:g}s of unmeasured writes")
+        warm = replace(settings, seconds=settings.server_warmup_seconds, warmup_seconds=0.0)
+        measure_load(system, op, address, 1, server_pid, warm)
+
+
+def measure_latency(system: str, address: str, settings: Settings) -> dict[str, Any]:
+    """Synchronous writes from one client process: p50/p99 in milliseconds."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    job = LatencyJob(
+        system, address, settings.record_bytes, settings.sync_warmup, settings.sync_writes, 1
+    )
+    proc = ctx.Process(target=client_process, args=(job, None, results), name=f"{system}-latency")
+    proc.daemon = True
+    finished = False
+    try:
+        with _procs.children_ignore_sigint():
+            proc.start()
+        outcome = _procs.collect(results, [proc], "done", READY_TIMEOUT_S + settings.sync_writes)[0]
+        finished = True
+    finally:
+        # after a failure or Ctrl-C, stop it at once rather than wait for it
+        _procs.stop_processes([proc], grace=10 if finished else 0)
+    return dict(outcome)
+
+
+def measure_load(
+    system: str, op: str, address: str, clients: int, server_pid: int, settings: Settings
+) -> dict[str, Any]:
+    """``clients`` processes doing ``op`` for ``settings.seconds`` after a warm-up."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    window = _procs.Window(ctx, timeout=READY_TIMEOUT_S * 2)
+    procs = []
+    finished = False
+    try:
+        for worker in range(clients):
+            job = LoadJob(
+                system, op, address, settings.in_flight, settings.record_bytes, worker, 100 + worker
+            )
+            proc = ctx.Process(
+                target=client_process, args=(job, window, results), name=f"{system}-{op}-{worker}"
+            )
+            proc.daemon = True
+            with _procs.children_ignore_sigint():
+                proc.start()
+            procs.append(proc)
+        _procs.collect(results, procs, "ready", READY_TIMEOUT_S)
+        start = time.monotonic() + settings.warmup_seconds
+        stop = start + settings.seconds
+        window.open(start, stop)
+        time.sleep(max(0.0, start - time.monotonic()))
+        before = _cpu_reading(server_pid, procs)
+        time.sleep(max(0.0, stop - time.monotonic()))
+        after = _cpu_reading(server_pid, procs)
+        outcomes = _procs.collect(results, procs, "done", settings.seconds + READY_TIMEOUT_S)
+        finished = True
+    finally:
+        _procs.stop_processes(procs, grace=10 if finished else 0)
+    return _load_figures(op, clients, settings.seconds, outcomes, before, after)
+
+
+@dataclass(frozen=True)
+class CpuReading:
+    server: float
+    clients: list[float]
+    machine: _procs.MachineCpu
+    at: float
+
+
+def _cpu_reading(
+    server_pid: int, procs: Sequence[multiprocessing.process.BaseProcess]
+) -> CpuReading:
+    return CpuReading(
+        server=_procs.cpu_seconds(server_pid),
+        clients=[_procs.cpu_seconds(p.pid) for p in procs if p.pid is not None],
+        machine=_procs.MachineCpu.read(),
+        at=time.monotonic(),
+    )
+
+
+def _load_figures(
+    op: str,
+    clients: int,
+    seconds: float,
+    outcomes: dict[int, dict[str, Any]],
+    before: CpuReading,
+    after: CpuReading,
+) -> dict[str, Any]:
+    elapsed = after.at - before.at
+    ops = sum(o["ops"] for o in outcomes.values())
+    errors = sum(o["errors"] for o in outcomes.values())
+    server_cpu = after.server - before.server
+    client_cpu = [a - b for a, b in zip(after.clients, before.clients, strict=True)]
+    machine_busy = after.machine.busy_fraction_since(before.machine)
+    # What neither the server nor its clients used: other work on a shared machine.
+    other_cpu = machine_busy * elapsed * (os.cpu_count() or 1) - server_cpu - sum(client_cpu)
+    figures: dict[str, Any] = {
+        "op": op,
+        "clients": clients,
+        "ops_per_s": round(ops / seconds),
+        "server_cpu_pct": round(100 * server_cpu / elapsed, 1),
+        "server_cpu_s_per_1000_ops": round(1000 * server_cpu / ops, 4) if ops else None,
+        "client_cpu_pct": [round(100 * c / elapsed, 1) for c in client_cpu],
+        "other_cpu_pct": round(max(0.0, 100 * other_cpu / elapsed), 1),
+        "machine_cpu_pct": round(100 * machine_busy, 1),
+        "errors": errors,
+    }
+    first_error = next((o["first_error"] for o in outcomes.values() if o["first_error"]), "")
+    if first_error:
+        figures["first_error"] = first_error
+    return figures
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether to add another client process, and if not, what limited throughput."""
+
+    stop: bool
+    limit: str = ""
+    reason: str = ""
+
+
+def judge(steps: Sequence[dict[str, Any]], max_clients: int, ceiling: str) -> Verdict:
+    """Decide after the latest step whether the server or the clients were the limit.
+
+    ``ceiling`` says why no more than ``max_clients`` client processes were tried.
+    """
+    last = steps[-1]
+    busy = ""
+    if last["machine_cpu_pct"] >= 100 * SERVER_CPU_LIMIT:
+        busy = (
+            f"; the machine's {os.cpu_count()} cores were {last['machine_cpu_pct']:.0f}% busy "
+            f"({last['other_cpu_pct']:.0f}% of a core by other processes), so the clients "
+            "competed with the server for CPU"
+        )
+    if last["server_cpu_pct"] >= 100 * SERVER_CPU_LIMIT:
+        return Verdict(
+            True,
+            "server",
+            f"server CPU {last['server_cpu_pct']:.0f}% of one core with {last['clients']} "
+            f"client process(es){busy}",
+        )
+    if len(steps) > 1:
+        prev = steps[-2]
+        gain = last["ops_per_s"] / prev["ops_per_s"] - 1 if prev["ops_per_s"] else 0.0
+        if gain < MIN_GAIN:
+            return Verdict(
+                True,
+                "server",
+                f"going from {prev['clients']} to {last['clients']} client processes changed "
+                f"writes/s by {100 * gain:+.0f}% (less than {100 * MIN_GAIN:.0f}%){busy}",
+            )
+    if last["clients"] >= max_clients:
+        return Verdict(
+            True,
+            "clients",
+            f"the server used {last['server_cpu_pct']:.0f}% of one core with "
+            f"{last['clients']} client process(es), writes/s had not stopped rising, and "
+            f"{ceiling}{busy}",
+        )
+    return Verdict(False)
+
+
+def write_scaling(
+    system: str,
+    op: str,
+    address: str,
+    server_pid: int,
+    settings: Settings,
+    counts: Sequence[int] | None,
+) -> dict[str, Any]:
+    """Writes with 1, 2, … client processes until :func:`judge` stops the search.
+
+    With ``counts`` (the anchor, measured like the system it is compared with) exactly
+    those client-process counts are run, and the verdict is the first one :func:`judge`
+    would have stopped at.
+    """
+    steps: list[dict[str, Any]] = []
+    verdict = Verdict(False)
+    if counts is None:
+        max_clients = settings.max_clients
+        ceiling = f"--max-clients {max_clients} ended the search"
+    else:
+        max_clients = counts[-1]
+        ceiling = f"it is measured with the compared system's counts, up to {max_clients}"
+    for clients in counts or range(1, settings.max_clients + 1):
+        step = measure_load(system, op, address, clients, server_pid, settings)
+        steps.append(step)
+        _procs.progress(
+            f"{system} {op}: {clients} client process(es): {step['ops_per_s']:,} writes/s, "
+            f"server CPU {step['server_cpu_pct']}%, client CPU {step['client_cpu_pct']}%, "
+            f"other processes' CPU {step['other_cpu_pct']}%"
+        )
+        if not verdict.stop:
+            verdict = judge(steps, max_clients, ceiling)
+            if verdict.stop and counts is None:
+                break
+    best = max(steps, key=lambda s: s["ops_per_s"])
+    return {"steps": steps, "limit": verdict.limit, "limit_reason": verdict.reason, "best": best}
+
+
+# -- the two systems --------------------------------------------------------------------
+
+
+def run_herder(slots: Sequence[ServerSlot], work_dir: Path, settings: Settings) -> dict[str, Any]:
+    """Start herder's ensemble, measure it, stop it."""
+    address = bootstrap(slots)
+    with _procs.Services(work_dir) as services:
+        server = None
+        for slot in slots:
+            data_dir = work_dir / f"herder-{slot.server_id}"
+            data_dir.mkdir()
+            config = work_dir / f"herder-{slot.server_id}.properties"
+            config.write_text(herder_properties(slot, slots, data_dir))
+            server = services.start(
+                f"herder-{slot.server_id}",
+                [sys.executable, "-m", "herder", "ensemble", "start", "--config", str(config)],
+            )
+        assert server is not None
+
+        def answers() -> bool:
+            server.check_alive()
+            if not _procs.port_open(slots[0].client_port):
+                return False
+            return bool(asyncio.run(server_status(address.split(",")[0], timeout=1.0)))
+
+        _procs.wait_until(answers, timeout=READY_TIMEOUT_S, what="herder's server answering")
+        asyncio.run(_create_log(address))
+        _procs.progress(f"herder server up on {address} (pid {server.pid})")
+
+        warm_up_server("herder", "append", address, server.pid, settings)
+        disk = _procs.fdatasync_latency_ms(work_dir)
+        latency = measure_latency("herder", address, settings)
+        _procs.progress(f"herder synchronous append: {latency} (disk fdatasync: {disk})")
+        scaling = write_scaling("herder", "append", address, server.pid, settings, None)
+        clients = scaling["best"]["clients"]
+        reads = measure_load("herder", "read", address, clients, server.pid, settings)
+        _procs.progress(f"herder read: {clients} client process(es): {reads['ops_per_s']:,}/s")
+        server.check_alive()
+        total_cpu = _procs.cpu_seconds(server.pid)
+    best = scaling["best"]
+    return {
+        "version": herder_version,
+        "server_cmd": server.args,
+        "sync_write_latency": latency,
+        "disk_fdatasync_before_latency_run": disk,
+        "writes_per_s": best["ops_per_s"],
+        "reads_per_s": reads["ops_per_s"],
+        "sync_write_p50_ms": latency["p50_ms"],
+        "sync_write_p99_ms": latency["p99_ms"],
+        "server_cpu_s_per_1000_writes": best["server_cpu_s_per_1000_ops"],
+        "write_clients": best["clients"],
+        "read_clients": reads["clients"],
+        "limit": scaling["limit"],
+        "limit_reason": scaling["limit_reason"],
+        "write_steps": scaling["steps"],
+        "reads": reads,
+        "server_cpu_s_total": round(total_cpu, 2),
+    }
+
+
+async def _create_log(address: str) -> None:
+    async with EnsembleClient(address, name="bench-setup") as client:
+        await client.create_log(HERDER_LOG, if_absent=True)
+
+
+def zookeeper_command(cfg: Path) -> list[str]:
+    """How to start ZooKeeper standalone from Debian's jars, or why it cannot be."""
+    java = shutil.which("java")
+    if not ZK_JAR.exists():
+        raise UnsupportedSetup(
+            f"Apache ZooKeeper is not installed ({ZK_JAR} is missing); "
+            "install Debian's package with: apt-get install zookeeper"
+        )
+    if importlib.util.find_spec("kazoo") is None:
+        raise UnsupportedSetup("kazoo is not installed: .venv/bin/pip install kazoo")
+    if java is None:
+        raise UnsupportedSetup(
+            "java is not on PATH; ZooKeeper needs a JRE (apt-get install default-jre)"
+        )
+    # The jar's manifest Class-Path names its dependencies in /usr/share/java.
+    return [java, *ZK_JVM_OPTIONS, "-cp", str(ZK_JAR), ZK_STANDALONE_MAIN, str(cfg)]
+
+
+def run_zookeeper(
+    slots: Sequence[ServerSlot],
+    work_dir: Path,
+    settings: Settings,
+    counts: Sequence[int],
+    read_clients: int,
+) -> dict[str, Any]:
+    """Start ZooKeeper, measure it with the same client-process counts, stop it."""
+    address = bootstrap(slots)
+    slot = slots[0]
+    data_dir = work_dir / f"zookeeper-{slot.server_id}"
+    data_dir.mkdir()
+    cfg = work_dir / f"zoo-{slot.server_id}.cfg"
+    cfg.write_text(zookeeper_cfg(slot, slots, data_dir))
+    command = zookeeper_command(cfg)
+    with _procs.Services(work_dir) as services:
+        server = services.start(f"zookeeper-{slot.server_id}", command)
+
+        def answers() -> bool:
+            server.check_alive()
+            if not _procs.port_open(slot.client_port):
+                return False
+            zk = _kazoo_probe(address)
+            try:
+                zk.ensure_path(ZK_PARENT)
+            finally:
+                zk.stop()
+                zk.close()
+            return True
+
+        _procs.wait_until(answers, timeout=READY_TIMEOUT_S, what="ZooKeeper answering")
+        version = _zookeeper_version(address)
+        _procs.progress(f"ZooKeeper {version} up on {address} (pid {server.pid})")
+
+        warm_up_server("zookeeper", "create", address, server.pid, settings)
+        disk = _procs.fdatasync_latency_ms(work_dir)
+        latency = measure_latency("zookeeper", address, settings)
+        _procs.progress(f"ZooKeeper synchronous create: {latency} (disk fdatasync: {disk})")
+        scaling = write_scaling("zookeeper", "create", address, server.pid, settings, counts)
+        sets = measure_load("zookeeper", "set", address, read_clients, server.pid, settings)
+        _procs.progress(
+            f"ZooKeeper set: {read_clients} client process(es): {sets['ops_per_s']:,}/s"
+        )
+        reads = measure_load("zookeeper", "get", address, read_clients, server.pid, settings)
+        _procs.progress(
+            f"ZooKeeper get: {read_clients} client process(es): {reads['ops_per_s']:,}/s"
+        )
+        server.check_alive()
+        total_cpu = _procs.cpu_seconds(server.pid)
+    best = scaling["best"]
+    return {
+        "version": version,
+        "debian_package": _debian_version("zookeeper"),
+        "client": f"kazoo {_kazoo_version()}",
+        "java": _java_version(command[0]),
+        "server_cmd": command,
+        "sync_write_latency": latency,
+        "disk_fdatasync_before_latency_run": disk,
+        "writes_per_s": best["ops_per_s"],
+        "reads_per_s": reads["ops_per_s"],
+        "sets_per_s": sets["ops_per_s"],
+        "sync_write_p50_ms": latency["p50_ms"],
+        "sync_write_p99_ms": latency["p99_ms"],
+        "server_cpu_s_per_1000_writes": best["server_cpu_s_per_1000_ops"],
+        "write_clients": best["clients"],
+        "read_clients": reads["clients"],
+        "limit": scaling["limit"],
+        "limit_reason": scaling["limit_reason"],
+        "write_steps": scaling["steps"],
+        "sets": sets,
+        "reads": reads,
+        "server_cpu_s_total": round(total_cpu, 2),
+    }
+
+
+def _kazoo_probe(address: str) -> Any:
+    """A connected kazoo client, quiet about the refusals of a server still starting."""
+    from kazoo.client import KazooClient
+
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    zk = KazooClient(hosts=address, timeout=10.0)
+    try:
+        zk.start(timeout=1.0)
+    except Exception:
+        zk.close()
+        raise
+    return zk
+
+
+def _zookeeper_version(address: str) -> str:
+    """The server's version from the ``srvr`` four-letter word (allowed by default)."""
+    zk = _kazoo_probe(address)
+    try:
+        first = zk.command(b"srvr").splitlines()[0]
+    except Exception:
+        return "unknown"
+    finally:
+        zk.stop()
+        zk.close()
+    # "Zookeeper version: 3.8.0-${mvngit.commit.id}, built on …" in Debian's build
+    found = re.search(r"version: ([0-9][0-9.]*)", first)
+    return found.group(1) if found else first
+
+
+def _debian_version(package: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", package],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _java_version(java: str) -> str:
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    lines = (done.stderr or done.stdout).splitlines()
+    return lines[0].strip() if lines else "unknown"
+
+
+def _kazoo_version() -> str:
+    from importlib.metadata import version
+
+    return version("kazoo")
+
+
+# -- the run ----------------------------------------------------------------------------
+
+
+def comparison(herder: dict[str, Any], zookeeper: dict[str, Any]) -> dict[str, Any]:
+    """herder/ZooKeeper ratios, and whether herder meets the target."""
+    if "error" in herder or "error" in zookeeper:
+        return {}
+    ratios = {
+        key: _procs.ratio(herder[key], zookeeper[key])
+        for key in (
+            "writes_per_s",
+            "reads_per_s",
+            "sync_write_p50_ms",
+            "sync_write_p99_ms",
+            "server_cpu_s_per_1000_writes",
+        )
+    }
+    target = {
+        "writes_at_least_zookeeper": (ratios["writes_per_s"] or 0) >= 1,
+        "reads_at_least_zookeeper": (ratios["reads_per_s"] or 0) >= 1,
+        "sync_latency_no_worse": (ratios["sync_write_p50_ms"] or math.inf) <= 1
+        and (ratios["sync_write_p99_ms"] or math.inf) <= 1,
+    }
+    target["met"] = all(target.values())
+    return {
+        "ratios": ratios,
+        "ratios_note": "herder / ZooKeeper: above 1 is better for throughput, below 1 for "
+        "latency and CPU per write",
+        "target": target,
+    }
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    """Run every measurement; return the figures and the exit status."""
+    settings = Settings(
+        seconds=args.seconds,
+        warmup_seconds=args.warmup,
+        server_warmup_seconds=args.server_warmup,
+        in_flight=args.in_flight,
+        record_bytes=args.record_bytes,
+        max_clients=args.max_clients,
+        sync_writes=args.sync_writes,
+        sync_warmup=args.sync_warmup,
+    )
+    figures: dict[str, Any] = {
+        "benchmark": "ensemble",
+        "machine": _procs.machine_info(),
+        "config": {"servers": args.servers, "fsync": True, **asdict(settings)},
+    }
+    status = 0
+    with tempfile.TemporaryDirectory(prefix="herder-bench-ensemble-", dir=args.tmp_dir) as tmp:
+        work_dir = Path(tmp)
+        figures["config"]["data_dir_parent"] = str(work_dir.parent)
+        _procs.progress(f"herder: {args.servers} server(s), data in {work_dir}")
+        try:
+            herder = run_herder(plan_ensemble(args.servers), work_dir, settings)
+        except Exception as exc:
+            herder = {"error": f"{type(exc).__name__}: {exc}"}
+            status = 1
+            _procs.progress(f"herder failed: {herder['error']}")
+        figures["herder"] = herder
+        if args.skip_zookeeper:
+            figures["zookeeper"] = {"skipped": "--skip-zookeeper"}
+        elif "error" in herder:
+            figures["zookeeper"] = {"skipped": "herder failed, so there is nothing to compare"}
+        else:
+            counts = [s["clients"] for s in herder["write_steps"]]
+            try:
+                zookeeper = run_zookeeper(
+                    plan_ensemble(args.servers), work_dir, settings, counts, herder["read_clients"]
+                )
+            except UnsupportedSetup as exc:
+                zookeeper = {"error": str(exc)}
+                _procs.progress(f"ZooKeeper not measured: {exc}")
+            except Exception as exc:
+                zookeeper = {"error": f"{type(exc).__name__}: {exc}"}
+                _procs.progress(f"ZooKeeper not measured: {zookeeper['error']}")
+            figures["zookeeper"] = zookeeper
+            figures.update(comparison(herder, zookeeper))
+    noise = contention_warning(figures)
+    if noise:
+        figures["warning"] = noise
+        _procs.progress(noise)
+    return figures, status
+
+
+def contention_warning(figures: dict[str, Any]) -> str:
+    """A warning if other processes used much CPU while something was being measured."""
+    steps = [
+        step
+        for system in ("herder", "zookeeper")
+        for key in ("write_steps", "reads", "sets")
+        for step in _as_list(figures.get(system, {}).get(key))
+    ]
+    worst = max((s["other_cpu_pct"] for s in steps), default=0.0)
+    if worst < OTHER_CPU_WARNING_PCT:
+        return ""
+    return (
+        f"other processes used up to {worst:.0f}% of a core during the measurements "
+        "(see other_cpu_pct): the machine was shared, so these figures are not representative"
+    )
+
+
+def _as_list(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, list):
+        return value
+    return [value] if isinstance(value, dict) else []
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="bench/ensemble.py",
+        description="herder's ensemble against Apache ZooKeeper 3.8: writes/s, reads/s, "
+        "synchronous write latency, server CPU per write. JSON on stdout.",
+    )
+    parser.add_argument("--servers", type=int, default=1, help="ensemble size (default 1)")
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="length of each measurement (default 10)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=2.0, help="unmeasured load before each (default 2)"
+    )
+    parser.add_argument(
+        "--server-warmup",
+        type=float,
+        default=5.0,
+        help="unmeasured write load when a server starts, e.g. for the JVM's JIT (default 5)",
+    )
+    parser.add_argument(
+        "--in-flight", type=int, default=500, help="operations outstanding per client process"
+    )
+    parser.add_argument("--record-bytes", type=int, default=100, help="bytes per record")
+    parser.add_argument(
+        "--max-clients", type=int, default=4, help="most client processes to try (default 4)"
+    )
+    parser.add_argument("--sync-writes", type=int, default=2000, help="timed synchronous writes")
+    parser.add_argument("--sync-warmup", type=int, default=200, help="untimed ones before them")
+    parser.add_argument("--skip-zookeeper", action="store_true", help="measure herder alone")
+    parser.add_argument("--tmp-dir", default=None, help="where the data directories go")
+    parser.add_argument("--pretty", action="store_true", help="indent the JSON")
+    args = parser.parse_args(argv)
+    for name in ("seconds", "in_flight", "record_bytes", "max_clients", "sync_writes"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
+    if min(args.warmup, args.server_warmup, args.sync_warmup) < 0:
+        parser.error("--warmup, --server-warmup and --sync-warmup must not be negative")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        check_servers(args.servers)
+    except UnsupportedSetup as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    with _procs.sigterm_as_interrupt():
+        try:
+            figures, status = run(args)
+        except KeyboardInterrupt:
+            _procs.progress("interrupted: every process the benchmark started was stopped")
+            return 130
+    _procs.emit_json(figures, pretty=args.pretty)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
