@@ -156,6 +156,10 @@ def test_sigterm_leaves_and_the_others_rebalance_at_once(
     assert_one_generation(rejoined)
     elapsed = max(event["timestamp"] for event in rejoined) / 1000 - started
     assert elapsed < 3.0, f"a leave must not wait for the session timeout ({elapsed:.2f}s)"
+    # the survivors learnt of the rebalance from a heartbeat answer, and said so
+    for proc in survivors:
+        errors = [e["error"] for e in events(proc) if e["event"] == "heartbeat_error"]
+        assert "REBALANCE_IN_PROGRESS" in errors
 
 
 def test_kill9_is_noticed_only_after_the_session_timeout(

@@ -57,6 +57,7 @@ class VerifiableMember:
             assign=self._assign,
             on_assigned=self._on_assigned,
             on_revoked=self._on_revoked,
+            on_heartbeat_error=self._on_heartbeat_error,
             **member_args,
         )
         self.generation: Generation | None = None
@@ -101,6 +102,14 @@ class VerifiableMember:
             is_leader=generation.is_leader,
             protocol=generation.protocol,
             assignment=self.assignment,
+        )
+
+    def _on_heartbeat_error(self, error: str) -> None:
+        self.emit(
+            "heartbeat_error",
+            member_id=self.member.member_id,
+            generation=self.generation.generation_id if self.generation else None,
+            error=error,
         )
 
     async def _on_revoked(self) -> None:

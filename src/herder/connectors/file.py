@@ -177,15 +177,19 @@ class FileStreamSinkTask(SinkTask):
 
     def open(self, partitions: Collection[TopicPartition]) -> None:
         # The runtime commits every newly opened partition before its first put, so a
-        # length is always on record: undo whatever was appended after it, since those
-        # records will be delivered again.
+        # length is always on record: the next record goes right after it. Undo whatever
+        # was appended after it, since those records will be delivered again. The length
+        # seen at start() is no guide: an earlier owner of the partitions may have
+        # written and committed more since.
         lengths = []
         for tp in partitions:
             committed = self.context.committed(tp)
             if committed is not None and committed[1].isdigit():
                 lengths.append(int(committed[1]))
-        if lengths and max(lengths) < self._length:
-            self._length = max(lengths)
+        if not lengths:
+            return
+        self._length = max(lengths)
+        if os.fstat(self._fd).st_size > self._length:
             os.ftruncate(self._fd, self._length)
             os.fsync(self._fd)
 

@@ -87,6 +87,7 @@ class GroupMember:
         assign: AssignFn,
         on_assigned: Callable[[Generation, bytes], Awaitable[None]],
         on_revoked: Callable[[], Awaitable[None]] | None = None,
+        on_heartbeat_error: Callable[[str], None] | None = None,
         session_timeout_ms: int = 10_000,
         rebalance_timeout_ms: int = 60_000,
         heartbeat_interval_ms: int = 3_000,
@@ -101,6 +102,7 @@ class GroupMember:
         self.assign = assign
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
+        self.on_heartbeat_error = on_heartbeat_error
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -304,12 +306,14 @@ class GroupMember:
                 )
             except RetriableError as exc:
                 log.info("group %s: heartbeat failed (%s)", self.group_id, exc)
+                self._heartbeat_error(exc.code.name)
                 await self._drop_coordinator()
                 continue
             code = ErrorCode(reply.error_code)
             if code == ErrorCode.NONE:
                 continue
             log.info("group %s: heartbeat answered %s", self.group_id, code.name)
+            self._heartbeat_error(code.name)
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = m.NO_MEMBER_ID
             if code in _REDISCOVER:
@@ -317,6 +321,13 @@ class GroupMember:
                 continue
             self.request_rejoin()
             return
+
+    def _heartbeat_error(self, error: str) -> None:
+        if self.on_heartbeat_error is not None:
+            try:
+                self.on_heartbeat_error(error)
+            except Exception:
+                log.exception("group %s: heartbeat error callback failed", self.group_id)
 
     # -- the coordinator connection ---------------------------------------------------
 
@@ -352,7 +363,8 @@ class GroupMember:
             await wire.connect()
             self._coordinator = wire
             return wire
-        raise CoordinatorNotAvailable(f"no coordinator found for group {self.group_id}: {last}")
+        what = f"group {self.group_id}" if self.group_id else "administrative requests"
+        raise CoordinatorNotAvailable(f"no group coordinator reachable for {what}: {last}")
 
     async def _send(self, api: Api[Any, Resp], body: msgspec.Struct, timeout: float) -> Resp:
         wire = await self._find_coordinator()

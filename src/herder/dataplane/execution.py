@@ -49,7 +49,16 @@ from herder.dataplane.topics import Topics, TxnRefused
 from herder.dataplane.writer import SegmentWriter
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.txn import Append, CheckKeyValue, Op
-from herder.errors import ConfigError, ErrorCode, Fenced, HerderError, RetriableError
+from herder.errors import (
+    ConfigError,
+    ErrorCode,
+    Fenced,
+    HerderError,
+    IllegalGeneration,
+    RebalanceInProgress,
+    RetriableError,
+    UnknownMemberId,
+)
 from herder.runtime.protocol import ConnectorTaskId
 from herder.runtime.stores import OffsetStore
 from herder.runtime.worker_config import WorkerConfig
@@ -228,6 +237,16 @@ class SourceExecution(_Execution):
                 except TxnRefused as exc:
                     await writer.discard(staged)
                     if exc.code == ErrorCode.CHECK_FAILED and exc.index < len(checks) + 1:
+                        # said here too: a worker that is stopping this task (as a resumed
+                        # zombie's is) does not report how its last batch ended
+                        log.warning(
+                            "source task %s (epoch %d): commit of batch %d refused (FENCED by a"
+                            " newer incarnation); its %d staged records are discarded",
+                            self.name,
+                            epoch,
+                            sequence,
+                            staged.records,
+                        )
                         raise Fenced(
                             f"source task {self.name} (epoch {epoch}) was fenced by a newer"
                             f" incarnation: {exc}"
@@ -321,8 +340,18 @@ def _topics_of(settings: Mapping[str, str]) -> list[str]:
     return [t.strip() for t in settings.get("topics", "").split(",") if t.strip()]
 
 
+#: an offset commit refused because this member's generation is over
+_GENERATION_OVER = (IllegalGeneration, UnknownMemberId, RebalanceInProgress)
+
+
 class SinkExecution(_Execution):
-    """Member of ``connect-<name>``: read past committed offsets, put, commit."""
+    """Member of ``connect-<name>``: read past committed offsets, put, commit.
+
+    The task is called from one place at a time: delivery (read, put, commit) and the
+    membership callbacks (commit and close on revocation, open on assignment) hold one
+    lock, so a rebalance never commits a position that a put in flight has already
+    moved past, nor opens (and truncates) under a put.
+    """
 
     task: SinkTask
 
@@ -333,6 +362,7 @@ class SinkExecution(_Execution):
         self.committed: dict[TopicPartition, tuple[int, str]] = {}
         self._generation: Generation | None = None
         self._rebalanced = asyncio.Event()
+        self._task_lock = asyncio.Lock()
 
     async def _execute(self, stopping: threading.Event, paused: threading.Event) -> None:
         topics = _topics_of(self.settings)
@@ -392,6 +422,10 @@ class SinkExecution(_Execution):
         return {m: json.dumps(v).encode() for m, v in out.items()}
 
     async def _on_assigned(self, generation: Generation, data: bytes) -> None:
+        async with self._task_lock:
+            await self._assigned(generation, data)
+
+    async def _assigned(self, generation: Generation, data: bytes) -> None:
         partitions = [TopicPartition(t, p) for t, p in json.loads(data or b"[]")]
         self._generation = generation
         fetched = await self.member.fetch_offsets(
@@ -419,16 +453,25 @@ class SinkExecution(_Execution):
         )
 
     async def _on_revoked(self) -> None:
-        if self.positions:
+        async with self._task_lock:
+            await self._revoked()
+
+    async def _revoked(self) -> None:
+        if self.positions and self._generation is not None:
             try:
                 await self._commit(dict(self.positions))
             except HerderError as exc:
                 log.info("sink task %s: commit before rebalance refused: %s", self.name, exc)
+        if self.positions:
             await asyncio.to_thread(self.task.close, list(self.positions))
         self.positions = {}
         self._generation = None
 
     async def _deliver(self, max_records: int) -> bool:
+        async with self._task_lock:
+            return await self._deliver_batch(max_records)
+
+    async def _deliver_batch(self, max_records: int) -> bool:
         generation = self._generation
         if generation is None or not self.positions:
             return False
@@ -454,10 +497,19 @@ class SinkExecution(_Execution):
             except RetriableError as exc:
                 log.info("sink task %s: put will be retried: %s", self.name, exc)
                 return False
-        if self._generation is not generation:
-            return True  # rebalanced meanwhile: these partitions are no longer ours to commit
         self.positions.update(reached)
-        await self._commit(dict(self.positions))
+        try:
+            await self._commit(dict(self.positions))
+        except _GENERATION_OVER as exc:
+            # These records are written but not committed: whoever owns the partitions
+            # next starts from the last commit (a file sink truncates back to it).
+            # Deliver nothing more until the group has assigned partitions again.
+            log.warning(
+                "sink task %s: offset commit refused (%s); waiting for a new assignment",
+                self.name,
+                exc,
+            )
+            self._generation = None
         return True
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:

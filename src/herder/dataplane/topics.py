@@ -278,10 +278,13 @@ class Topics:
         """The topic ``name``, created with ``partitions`` (or the default) if absent.
 
         This is auto-creation: two workers racing to create the same topic both get
-        the one that won.
+        the one that won. A topic this process already knows is returned without a
+        round trip (if it was deleted since, the commit that uses it says so).
         """
-        await self.refresh()
         topic = self._topics.get(name)
+        if topic is None:
+            await self.refresh()
+            topic = self._topics.get(name)
         if topic is not None:
             return topic
         return await self.create(name, partitions, if_absent=True)
