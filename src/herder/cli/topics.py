@@ -124,7 +124,10 @@ def _partition(state: PartitionState) -> dict[str, Any]:
 
 @topics.command()
 @click.argument("name")
-@click.option("--partitions", "-p", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--partitions", "-p", type=click.IntRange(min=1), default=1, show_default=True,
+    help="How many partitions the topic has.",
+)  # fmt: skip
 @click.option("--config", "-c", "configs", multiple=True, help="A topic config, KEY=VALUE.")
 @click.option("--if-not-exists", is_flag=True, help="Succeed if the topic already exists.")
 @bootstrap_option

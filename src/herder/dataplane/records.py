@@ -5,7 +5,7 @@ Moving rows from Python into Spark is the slow step of a pipeline (SPARK_NOTES: 
 column, with everything the write needs already decided — partition and ``seq`` — and
 Spark gets the table in a single ``createDataFrame``.
 
-Partitioning is the same here and in Spark (:func:`herder.dataplane.writer`), so a key
+Partitioning is the same here and in Spark (see :mod:`.writer`), so a key
 lands in the same partition whichever way its record came: the record's own partition
 if it names one; else CRC-32 of the key bytes modulo the partition count (Spark's
 ``crc32``, Python's ``zlib.crc32``); else, for records with neither, one partition for

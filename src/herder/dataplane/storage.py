@@ -60,10 +60,6 @@ def batch_dir(task: str, epoch: int, batch: int) -> str:
     return f"{writer_dir(task, epoch)}/{batch:010d}"
 
 
-def segment_dir(batch: str, topic: str, partition: int) -> str:
-    return f"{batch}/topic={topic}/partition={partition}"
-
-
 def batch_of(path: str) -> str:
     """The batch directory a segment file lies in (its first three components)."""
     return "/".join(path.split("/")[:3])

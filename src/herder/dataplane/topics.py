@@ -438,10 +438,12 @@ class Topics:
             if result.ok:
                 self._committed(staged, batch, result)
                 return Committed(result, batch.segments, attempt)
+            if result.failed_op < 0:
+                raise error_from_code(result.error_code, result.message)
             if result.failed_op < len(own):
                 raise TxnRefused(result)
             raced = batch.partition_of(result.failed_op)
-            if raced is None:
+            if raced is None or result.error_code != ErrorCode.CHECK_FAILED:
                 await self.refresh()
                 for topic, version in staged.topic_versions.items():
                     current = self._topics.get(topic)

@@ -1,0 +1,343 @@
+"""Topics end to end: stage with Spark, commit through a real ensemble, read back."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+from zlib import crc32
+
+import pytest
+
+from herder.connect import SourceRecord, TopicPartition
+from herder.dataplane import SegmentWriter, SparkRuntime, Storage, TxnRefused
+from herder.dataplane.reader import slice_table
+from herder.ensemble.client import EnsembleClient
+from herder.ensemble.txn import Append, CheckKeyValue, CreateLog
+from herder.errors import UnknownTopicOrPartition
+from tests.dataplane.conftest import connected
+from tests.integration.conftest import ServerHandle
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def recs(topic: str, n: int, prefix: str, **kw: Any) -> list[SourceRecord]:
+    return [SourceRecord({"s": 0}, {"i": i}, topic, f"{prefix}{i}", **kw) for i in range(n)]
+
+
+async def collect(spark: SparkRuntime, df: Any) -> list[Any]:
+    return await spark.run(df.collect)
+
+
+def by_partition(rows: list[Any]) -> dict[int, list[Any]]:
+    out: dict[int, list[Any]] = defaultdict(list)
+    for row in rows:
+        out[row["partition"]].append(row)
+    return out
+
+
+async def test_round_trip_across_partitions_and_batches(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("roundtrip", 3)
+        writer = SegmentWriter(topics, spark, "rt-0", 1)
+        first = [
+            *recs("roundtrip", 12, "keyed", key="k"),
+            *[SourceRecord({}, {}, "roundtrip", f"k{i}", key=f"k{i}") for i in range(9)],
+            SourceRecord(
+                {}, {}, "roundtrip", b"\xff", partition=2, headers=[("h", b"\x00")], timestamp_ms=5
+            ),
+            *recs("roundtrip", 4, "loose"),
+        ]
+        second = recs("roundtrip", 6, "second", key="k")
+        committed = []
+        for batch in (first, second):
+            staged = await writer.stage(batch)
+            assert staged.records == len(batch)
+            committed.append(await topics.commit(staged))
+
+        k_partition = crc32(b"k") % 3
+        rows = await collect(spark, await topics.read("roundtrip", ordered=True))
+        parts = by_partition([r.asDict() for r in rows])
+        for part_rows in parts.values():
+            assert [r["offset"] for r in part_rows] == list(range(len(part_rows)))
+        expected_k = [f"keyed{i}" for i in range(12)] + [f"second{i}" for i in range(6)]
+        assert [r["value"].decode() for r in parts[k_partition] if r["key"] == b"k"] == expected_k
+        for i in range(9):
+            (row,) = [r for r in rows if r["key"] == f"k{i}".encode()]
+            assert row["partition"] == crc32(f"k{i}".encode()) % 3
+        special = [r for r in rows if r["value"] == b"\xff"]
+        assert special[0]["partition"] == 2 and special[0]["headers"][0]["value"] == b"\x00"
+        assert special[0]["timestamp"] == dt.datetime.fromtimestamp(0.005)
+        # a batch's keyless records go to one partition together
+        assert len({r["partition"] for r in rows if r["value"].startswith(b"loose")}) == 1
+
+        # the second batch's segment starts where the first's ended: offset = base + seq
+        tp = TopicPartition("roundtrip", k_partition)
+        first_seg, second_seg = committed[0].segments[tp], committed[1].segments[tp]
+        assert second_seg.base_offset == first_seg.base_offset + first_seg.count
+        ends = await topics.end_offsets("roundtrip")
+        assert ends == {p: len(parts.get(p, [])) for p in range(3)}
+        assert sum(ends.values()) == len(first) + len(second)
+
+        # a range read touches only the overlapping segments and filters by offset
+        lo, hi = first_seg.count - 2, first_seg.count + 3
+        window = await collect(
+            spark, await topics.read("roundtrip", {k_partition: (lo, hi)}, ordered=True)
+        )
+        assert [r["offset"] for r in window] == list(range(lo, hi))
+        assert [r["value"] for r in window] == [r["value"] for r in parts[k_partition][lo:hi]]
+        assert list(window[0].asDict()) == [
+            "topic", "partition", "offset", "timestamp", "key", "value", "headers",
+        ]  # fmt: skip
+        # the CLI's pyarrow reader sees the same records
+        plan = await topics.plan_read("roundtrip", {k_partition: (lo, hi)})
+        assert [s.segment.base_offset for s in plan] == [0, first_seg.count]
+        arrow_rows = [row for piece in plan for row in slice_table(storage, piece).to_pylist()]
+        assert [(r["offset"], r["value"]) for r in arrow_rows] == [
+            (r["offset"], r["value"]) for r in window
+        ]
+
+
+async def test_dataframe_batches_partition_like_records(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("df-a", 4)
+        await topics.create("df-b", 2)
+        rows = [("df-a", f"key{i % 6}", f"a{i}", None) for i in range(40)]
+        rows += [("df-b", None, f"b{i}", i % 2) for i in range(10)]
+        rows += [("df-a", None, f"loose{i}", None) for i in range(5)]
+        frame = await spark.run(
+            spark.session.createDataFrame,
+            rows,
+            "topic string, key string, value string, partition int",
+        )
+        writer = SegmentWriter(topics, spark, "df-0", 3)
+        staged = await writer.stage(frame)
+        assert staged.records == len(rows)
+        assert set(staged.topic_versions) == {"df-a", "df-b"}
+        await topics.commit(staged)
+
+        got = [r.asDict() for r in await collect(spark, await topics.read("df-a", ordered=True))]
+        assert len(got) == 45
+        for p, part_rows in by_partition(got).items():
+            assert [r["offset"] for r in part_rows] == list(range(len(part_rows)))
+            keyed = [r for r in part_rows if r["key"] is not None]
+            # the same partition as a SourceRecord with that key gets, in input order
+            assert all(crc32(r["key"]) % 4 == p for r in keyed)
+            values = [int(r["value"][1:]) for r in keyed]
+            assert values == sorted(values)
+        assert len({r["partition"] for r in got if r["key"] is None}) == 1
+        b_rows = await collect(spark, await topics.read("df-b", ordered=True))
+        assert sorted(int(r["value"][1:]) for r in b_rows if r["partition"] == 1) == [1, 3, 5, 7, 9]
+
+        bad = await spark.run(
+            spark.session.createDataFrame, [("x", 9)], "value string, partition int"
+        )
+        with pytest.raises(Exception, match="has no partition 9"):
+            await writer.stage(bad, "df-b")
+
+
+async def test_concurrent_writers_get_disjoint_contiguous_offsets(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    async with (
+        connected(ensemble, storage, spark) as one,
+        connected(ensemble, storage, spark) as two,
+    ):
+        await one.create("race", 1)
+        w1, w2 = SegmentWriter(one, spark, "w1", 1), SegmentWriter(two, spark, "w2", 1)
+        # both views of the partition are warm (and about to be stale for one of them)
+        await one.partition("race", 0)
+        await two.partition("race", 0)
+        s1 = await w1.stage(recs("race", 10, "one"))
+        s2 = await w2.stage(recs("race", 7, "two"))
+        c1 = await one.commit(s1)
+        c2 = await two.commit(s2)
+        tp = TopicPartition("race", 0)
+        assert (c1.attempts, c1.segments[tp].base_offset) == (1, 0)
+        # the second commit lost the CheckEndOffset race, re-read and moved on
+        assert (c2.attempts, c2.segments[tp].base_offset) == (2, 10)
+        assert c2.segments[tp].files == s2.segments[0].files  # files are never rewritten
+
+        more = await asyncio.gather(
+            *(w.stage(recs("race", 3 + i, f"{name}-{i}-")) for i in range(2)
+              for name, w in (("a", w1), ("b", w2)))
+        )  # fmt: skip
+        writers = [one, two, one, two]
+        done = await asyncio.gather(*(t.commit(s) for t, s in zip(writers, more, strict=True)))
+        spans = sorted(
+            (c.segments[tp].base_offset, c.segments[tp].end_offset) for c in [c1, c2, *done]
+        )
+        assert spans[0][0] == 0
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+        rows = await collect(spark, await one.read("race", ordered=True))
+        assert [r["offset"] for r in rows] == list(range(spans[-1][1]))
+        for committed in done:
+            seg = committed.segments[tp]
+            values = [r["value"] for r in rows[seg.base_offset : seg.end_offset]]
+            assert len({v.rsplit(b"-", 1)[0] for v in values}) == 1  # a batch stays contiguous
+
+
+async def test_staged_batches_are_invisible_until_committed(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("hidden", 2)
+        writer = SegmentWriter(topics, spark, "hid-0", 1)
+        staged = await writer.stage(recs("hidden", 20, "h", key="k"))
+        assert staged.records == 20
+        assert Path(storage.root, staged.dir).is_dir()
+        assert await topics.end_offsets("hidden") == {0: 0, 1: 0}
+        assert await topics.plan_read("hidden") == []
+        assert await collect(spark, await topics.read("hidden")) == []
+        # a batch staged for a topic that is deleted (and created again) never lands in it
+        await topics.delete("hidden")
+        await topics.create("hidden", 3)
+        with pytest.raises(UnknownTopicOrPartition, match="deleted since batch"):
+            await topics.commit(staged)
+        assert await topics.end_offsets("hidden") == {0: 0, 1: 0, 2: 0}
+        await writer.discard(staged)
+        assert not Path(storage.root, staged.dir).exists()
+
+
+async def test_callers_ops_commit_atomically_with_the_segments(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    async with (
+        EnsembleClient(ensemble.bootstrap) as client,
+        connected(ensemble, storage, spark) as topics,
+    ):
+        await client.transact(
+            [CreateLog("fence-x", compacted=True), CreateLog("offsets-x", compacted=True)]
+        )
+        await client.append("fence-x", b"2", key=b"task-0")
+        await topics.create("atomic", 2)
+        writer = SegmentWriter(topics, spark, "task-0", 2)
+        staged = await writer.stage(recs("atomic", 8, "x", key="k"))
+        offset_op = Append("offsets-x", b'{"file":"a"}', b'{"position":8}')
+
+        stale = CheckKeyValue("fence-x", b"task-0", b"1")
+        with pytest.raises(TxnRefused) as refused:
+            await topics.commit(staged, [offset_op, stale])
+        assert refused.value.index == 1 and refused.value.code.name == "CHECK_FAILED"
+        assert await topics.end_offsets("atomic") == {0: 0, 1: 0}
+        assert (await client.end_offsets(["offsets-x"]))["offsets-x"] == 0
+
+        current = CheckKeyValue("fence-x", b"task-0", b"2")
+        committed = await topics.commit(staged, [offset_op, current])
+        assert committed.result.offsets[0] == 0  # the caller's ops keep their indexes
+        assert sum((await topics.end_offsets("atomic")).values()) == 8
+        assert (await client.end_offsets(["offsets-x"]))["offsets-x"] == 1
+
+
+async def test_retention_retires_oldest_segments_and_deletes_files_after_the_delay(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    async with connected(ensemble, storage, spark) as topics:
+        config = {"retention.ms": 1_000, "retention.file.delete.delay.ms": 5_000}
+        await topics.create("aging", 1, config)
+        writer = SegmentWriter(topics, spark, "age-0", 1)
+        batches = [(1_000, 4), (2_000, 3), (10_000, 2)]
+        for stamp, n in batches:
+            await topics.commit(
+                await writer.stage(recs("aging", n, f"t{stamp}-", timestamp_ms=stamp))
+            )
+        first = (await topics.partition("aging", 0)).live()[0]
+        first_dir = Path(storage.root, first.files[0]).parent
+
+        report = await topics.enforce_retention("aging", now_ms=2_500)
+        assert report.retired == {0: [0]} and report.purged == {}
+        assert await topics.start_offsets("aging") == {0: 4}
+        rows = await collect(spark, await topics.read("aging", ordered=True))
+        assert [r["offset"] for r in rows] == list(range(4, 9))
+        assert first_dir.is_dir()  # a reader that planned on it still finds it
+
+        report = await topics.enforce_retention("aging", now_ms=7_000)
+        assert report.purged == {} and report.retired == {0: [4]}
+        assert first_dir.is_dir()
+        report = await topics.enforce_retention("aging", now_ms=7_500)
+        assert report.purged == {0: [0]} and report.retired == {}
+        assert not first_dir.exists()
+        state = await topics.partition("aging", 0)
+        assert 0 not in state.segments and state.start_offset == 7
+
+        # offsets go on from the end, whatever retention removed
+        committed = await topics.commit(await writer.stage(recs("aging", 2, "late-")))
+        assert committed.segments[TopicPartition("aging", 0)].base_offset == 9
+
+        await topics.create("sized", 1, {"retention.bytes": 1})
+        for i in range(3):
+            await topics.commit(await writer.stage(recs("sized", 2, f"s{i}-")))
+        report = await topics.enforce_retention("sized")
+        assert report.retired == {0: [0, 2]}  # all but the newest segment
+        assert await topics.start_offsets("sized") == {0: 4}
+
+
+async def test_reaping_removes_only_uncommitted_staging_of_older_epochs(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("reaped", 2)
+        old = SegmentWriter(topics, spark, "reap-0", 1)
+        kept = await old.stage(recs("reaped", 6, "kept", key="a"))
+        await topics.commit(kept)
+        orphan = await old.stage(recs("reaped", 6, "orphan", key="a"))
+        failed_job = Path(storage.root, "_staging/reap-0-e1/0000000099/_temporary/0")
+        failed_job.mkdir(parents=True)
+        (failed_job / "part-0.parquet").write_bytes(b"half")
+        bystander = await SegmentWriter(topics, spark, "other-0", 0).stage(recs("reaped", 2, "o"))
+
+        new = SegmentWriter(topics, spark, "reap-0", 2)
+        current = await new.stage(recs("reaped", 3, "new"))
+        deleted = await new.reap()
+
+        root = Path(storage.root)
+        assert not (root / orphan.dir).exists()
+        assert not (root / "_staging/reap-0-e1/0000000099").exists()
+        assert all((root / f).is_file() for s in kept.segments for f in s.files)
+        assert (root / current.dir).is_dir() and (root / bystander.dir).is_dir()
+        assert any(p.startswith(orphan.dir) for p in deleted)
+        rows = await collect(spark, await topics.read("reaped"))
+        assert sorted(r["value"] for r in rows) == sorted(f"kept{i}".encode() for i in range(6))
+        assert await new.reap() == []  # nothing left to reap
+
+
+async def test_jobs_run_in_their_scheduler_pool(spark: SparkRuntime) -> None:
+    def pool_and_count() -> tuple[str | None, int]:
+        context = spark.session.sparkContext
+        return context.getLocalProperty("spark.scheduler.pool"), spark.session.range(5).count()
+
+    assert await spark.run(pool_and_count, pool="task-a") == ("task-a", 5)
+    # the job threads are reused: the pool does not stick to the thread
+    assert (await spark.run(pool_and_count))[0] is None
+
+
+async def test_modules_spark_cannot_import_travel_by_value(
+    spark: SparkRuntime, tmp_path: Path
+) -> None:
+    import importlib
+    import sys
+
+    from pyspark.sql import functions as F
+
+    from herder.dataplane import register_module_by_value
+
+    (tmp_path / "herder_test_only_mod.py").write_text("def shout(s):\n    return s.upper() + '!'\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("herder_test_only_mod")
+        register_module_by_value(module)
+        shout = F.udf(module.shout, "string")
+
+        def run() -> list[Any]:
+            return spark.session.createDataFrame([("hi",)], "s string").select(shout("s")).collect()
+
+        assert [r[0] for r in await spark.run(run)] == ["HI!"]
+    finally:
+        sys.path.remove(str(tmp_path))

@@ -1,0 +1,185 @@
+"""The data plane's pure parts: metadata state, retention plans, records to Arrow, settings."""
+
+from __future__ import annotations
+
+from zlib import crc32
+
+import pytest
+
+from herder.connect import SourceRecord
+from herder.dataplane.metadata import (
+    START_KEY,
+    PartitionState,
+    Segment,
+    StartOffset,
+    check_topic_name,
+    encode,
+    parse_topic_config,
+    plan_retention,
+    segment_key,
+    segment_log,
+)
+from herder.dataplane.records import records_to_table
+from herder.dataplane.spark import DEFAULT_CONF, SparkRuntime, SparkSettings
+from herder.dataplane.storage import batch_dir, batch_of, parse_writer_dir
+from herder.ensemble.txn import Record
+from herder.errors import ConfigError, UnknownTopicOrPartition
+
+pytestmark = pytest.mark.unit
+
+
+def seg(base: int, count: int, *, ts: int = 0, size: int = 100, retired: int | None = None):
+    return Segment(
+        partition=0,
+        base_offset=base,
+        count=count,
+        files=[f"_staging/t-e1/{base:010d}/topic=x/partition=0/f.parquet"],
+        bytes=size,
+        max_timestamp=ts,
+        delete_after_ms=retired,
+    )
+
+
+def record(offset: int, key: bytes, value: bytes | None, zxid: int = 1) -> Record:
+    return Record(offset, key, value, [], 0, zxid)
+
+
+def state_of(*segments: Segment, start: int = 0) -> PartitionState:
+    state = PartitionState("x", 0)
+    for i, s in enumerate(segments):
+        state.apply(record(i, s.key, encode(s)))
+    if start:
+        state.apply(record(len(segments), START_KEY, encode(StartOffset(start)), zxid=7))
+    return state
+
+
+def test_partition_state_follows_segments_start_and_tombstones() -> None:
+    state = state_of(seg(0, 5), seg(5, 3), seg(8, 2))
+    assert state.next_offset == 10
+    assert [s.base_offset for s in state.overlapping(6, 9)] == [5, 8]
+    assert [s.base_offset for s in state.overlapping(10, None)] == []
+    state.apply(record(3, START_KEY, encode(StartOffset(5)), zxid=9))
+    assert state.start_offset == 5 and state.start_version == 9
+    assert [s.base_offset for s in state.live()] == [5, 8]
+    state.apply(record(4, segment_key(8), None))
+    assert [s.base_offset for s in state.live()] == [5]
+    # the next offset never goes back, even when every segment is gone
+    state.apply(record(5, START_KEY, encode(StartOffset(10))))
+    state.apply(record(6, segment_key(5), None))
+    assert state.live() == [] and state.next_offset == 10
+
+
+def test_retired_segments_are_invisible_but_kept_until_purged() -> None:
+    state = state_of(seg(0, 5, retired=1_000), seg(5, 5), start=5)
+    assert [s.base_offset for s in state.live()] == [5]
+    assert [s.base_offset for s in state.retired()] == [0]
+    config = {"retention.ms": -1, "retention.bytes": -1}
+    assert plan_retention(state, config, now_ms=999).purge == []
+    assert [s.base_offset for s in plan_retention(state, config, now_ms=1_000).purge] == [0]
+
+
+def test_retention_by_age_takes_the_oldest_prefix_only() -> None:
+    state = state_of(seg(0, 5, ts=100), seg(5, 5, ts=5_000), seg(10, 5, ts=200))
+    plan = plan_retention(state, {"retention.ms": 1_000, "retention.bytes": -1}, now_ms=3_000)
+    # the third segment is old too, but a newer one stands before it
+    assert [s.base_offset for s in plan.retire] == [0] and plan.new_start == 5
+    keep_all = plan_retention(state, {"retention.ms": -1, "retention.bytes": -1}, 10**12)
+    assert keep_all.retire == [] and keep_all.new_start == 0
+
+
+def test_retention_by_size_keeps_at_least_the_limit() -> None:
+    state = state_of(seg(0, 1, size=100), seg(1, 1, size=100), seg(2, 1, size=100))
+    config = {"retention.ms": -1, "retention.bytes": 150}
+    plan = plan_retention(state, config, now_ms=0)
+    assert [s.base_offset for s in plan.retire] == [0] and plan.new_start == 1
+    everything_but_last = plan_retention(state, {**config, "retention.bytes": 1}, now_ms=0)
+    assert [s.base_offset for s in everything_but_last.retire] == [0, 1]
+
+
+def test_topic_names_and_configs() -> None:
+    assert check_topic_name("orders.v1_x-2") == "orders.v1_x-2"
+    for bad in ("", "a/b", "..", "a b", "x" * 201):
+        with pytest.raises(ConfigError):
+            check_topic_name(bad)
+    assert segment_log("a.1", 0) == "topic.a.1.0"
+    config = parse_topic_config({"retention.ms": "5000"})
+    assert config == {
+        "retention.ms": 5000,
+        "retention.bytes": -1,
+        "retention.file.delete.delay.ms": 60_000,
+    }
+    with pytest.raises(ConfigError, match=r"unknown topic config 'cleanup\.policy'"):
+        parse_topic_config({"cleanup.policy": "compact"})
+    with pytest.raises(ConfigError, match=r"retention\.bytes"):
+        parse_topic_config({"retention.bytes": "-7"})
+
+
+def test_staging_layout() -> None:
+    path = batch_dir("my-export-0", 12, 3)
+    assert path == "_staging/my-export-0-e12/0000000003"
+    assert parse_writer_dir("my-export-0-e12") == ("my-export-0", 12)
+    assert parse_writer_dir("my-export-0") is None
+    assert batch_of(f"{path}/topic=t/partition=1/part-0.parquet") == path
+
+
+def test_records_get_partitions_and_contiguous_seqs_in_order() -> None:
+    records = [
+        SourceRecord({}, {}, "a", b"v0", key=b"k1"),
+        SourceRecord({}, {}, "a", "v1", partition=2, headers=[("h", "x"), ("h", b"\x00")]),
+        SourceRecord({}, {}, "b", None),
+        SourceRecord({}, {}, "a", b"v3", key="k1", timestamp_ms=42),
+        SourceRecord({}, {}, "a", b"v4"),
+        SourceRecord({}, {}, "a", b"v5"),
+    ]
+    table = records_to_table(records, {"a": 3, "b": 1}, {"a": 1, "b": 0}, now_ms=7)
+    rows = table.to_pylist()
+    by_key = crc32(b"k1") % 3
+    assert [r["partition"] for r in rows] == [by_key, 2, 0, by_key, 1, 1]
+    seqs: dict[tuple[str, int], list[int]] = {}
+    for r in rows:
+        seqs.setdefault((r["topic"], r["partition"]), []).append(r["seq"])
+    assert all(s == list(range(len(s))) for s in seqs.values())
+    assert rows[1]["value"] == b"v1" and rows[2]["value"] is None
+    assert rows[1]["headers"] == [{"key": "h", "value": b"x"}, {"key": "h", "value": b"\x00"}]
+    assert [r["timestamp"] for r in rows] == [7, 7, 7, 42, 7, 7]
+    with pytest.raises(UnknownTopicOrPartition, match="no partition 3"):
+        records_to_table([SourceRecord({}, {}, "a", b"", partition=3)], {"a": 3}, {"a": 0}, 0)
+    with pytest.raises(UnknownTopicOrPartition, match="'c' does not exist"):
+        records_to_table([SourceRecord({}, {}, "c", b"")], {"a": 3}, {"a": 0}, 0)
+    with pytest.raises(TypeError, match="record 0: value must be bytes"):
+        records_to_table([SourceRecord({}, {}, "a", 5)], {"a": 3}, {"a": 0}, 0)  # type: ignore[arg-type]
+
+
+def test_spark_settings_from_worker_properties() -> None:
+    settings = SparkSettings.from_properties(
+        {"group.id": "g", "spark.executor.memory": "2g", "dataplane.job.threads": "2"}
+    )
+    assert settings.conf["spark.executor.memory"] == "2g"
+    assert settings.conf["spark.master"] == "local[*]" and settings.local
+    assert settings.conf["spark.scheduler.mode"] == "FAIR"
+    assert settings.conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
+    assert settings.job_threads == 2 and "group.id" not in settings.conf
+    remote = SparkSettings.from_properties(
+        {"spark.remote": "sc://spark:15002", "spark.sql.shuffle.partitions": "8"}
+    )
+    assert remote.remote == "sc://spark:15002" and not remote.local
+    assert "spark.master" not in remote.conf and "spark.ui.enabled" not in remote.conf
+    assert remote.conf["spark.sql.shuffle.partitions"] == "8"
+    assert set(DEFAULT_CONF) <= set(SparkSettings.from_properties({}).conf)
+    with pytest.raises(ConfigError, match="sc://"):
+        SparkSettings.from_properties({"spark.remote": "http://x"})
+    with pytest.raises(ConfigError, match=r"dataplane\.job\.threads"):
+        SparkSettings.from_properties({"dataplane.job.threads": "0"})
+
+
+def test_spark_connect_without_its_client_libraries_is_one_clear_error() -> None:
+    pytest.importorskip("pyspark")
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("Spark Connect's client libraries are installed here")
+    runtime = SparkRuntime(SparkSettings.from_properties({"spark.remote": "sc://127.0.0.1:1"}))
+    with pytest.raises(ConfigError, match=r"pyspark\[connect\]"):
+        runtime.start()
