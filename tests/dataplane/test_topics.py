@@ -341,3 +341,31 @@ async def test_modules_spark_cannot_import_travel_by_value(
         assert [r[0] for r in await spark.run(run)] == ["HI!"]
     finally:
         sys.path.remove(str(tmp_path))
+
+
+async def test_workers_run_retention_on_their_own(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    from herder.dataplane.execution import TaskExecutions
+    from herder.runtime.worker_config import WorkerConfig
+
+    async with connected(ensemble, storage, spark) as topics:
+        config = {"retention.ms": 1, "retention.file.delete.delay.ms": 0}
+        await topics.create("expiring", 1, config)
+        writer = SegmentWriter(topics, spark, "exp-0", 1)
+        await topics.commit(await writer.stage(recs("expiring", 3, "old-", timestamp_ms=1)))
+        assert await topics.start_offsets("expiring") == {0: 0}
+        TaskExecutions(
+            WorkerConfig.from_properties(
+                {
+                    "group.id": "retention",
+                    "bootstrap.servers": ensemble.bootstrap,
+                    "storage.root": storage.root,
+                    "retention.check.interval.ms": 100,
+                }
+            )
+        )
+        deadline = asyncio.get_running_loop().time() + 30
+        while await topics.start_offsets("expiring") != {0: 3}:
+            assert asyncio.get_running_loop().time() < deadline, "retention never ran"
+            await asyncio.sleep(0.1)

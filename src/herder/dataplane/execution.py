@@ -66,6 +66,8 @@ from herder.runtime.worker_config import WorkerConfig
 log = logging.getLogger(__name__)
 
 BATCHES_LOG = "_batches"
+RETENTION_CHECK_INTERVAL = "retention.check.interval.ms"
+DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000
 BATCH_MAX_RECORDS = "batch.max.records"
 BATCH_MAX_MS = "batch.max.ms"
 DEFAULT_BATCH_MAX_RECORDS = 50_000
@@ -86,6 +88,38 @@ class TaskExecutions:
         self.spark = spark_runtime(config.spark_properties())
         # a JVM takes seconds to start: start it now, not when the first task needs it
         threading.Thread(target=self._warm_up, name="herder-spark-warmup", daemon=True).start()
+        self.retention_interval_ms = _int(
+            config.originals, RETENTION_CHECK_INTERVAL, DEFAULT_RETENTION_CHECK_INTERVAL_MS
+        )
+        threading.Thread(
+            target=lambda: asyncio.run(self._enforce_retention()),
+            name="herder-retention",
+            daemon=True,
+        ).start()
+
+    async def _enforce_retention(self) -> None:
+        """Every interval, one retention pass over every topic (Kafka's log cleaner
+        schedule). Every worker runs it; the topic layer makes concurrent passes safe."""
+        client = EnsembleClient(self.config.bootstrap, name="herder-retention")
+        topics = Topics(client, self.storage)
+        started = False
+        while True:
+            await asyncio.sleep(self.retention_interval_ms / 1000)
+            try:
+                if not started:
+                    await client.start()
+                    started = True
+                for topic in await topics.list_topics():
+                    report = await topics.enforce_retention(topic.name)
+                    if report.retired or report.purged:
+                        log.info(
+                            "retention on %s: retired %s, purged %s",
+                            topic.name,
+                            report.retired,
+                            report.purged,
+                        )
+            except Exception:
+                log.exception("retention pass failed; retrying at the next interval")
 
     def _warm_up(self) -> None:
         try:
