@@ -428,7 +428,9 @@ class StateMachine:
                     rec = Record(offset, key, op.value, _frozen(op.headers), timestamp, zxid, owner)
                     self._put(log, key, rec)
                 else:
-                    log.append(Record(offset, op.key, op.value, _frozen(op.headers), timestamp, zxid))
+                    log.append(
+                        Record(offset, op.key, op.value, _frozen(op.headers), timestamp, zxid)
+                    )
                 log.last_zxid = zxid
                 offsets.append(offset)
                 continue
