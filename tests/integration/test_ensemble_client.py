@@ -130,3 +130,25 @@ def test_sync_facade(ensemble_server: ServerHandle) -> None:
         assert [client.append("s", b"%d" % i) for i in range(3)] == [0, 1, 2]
         assert client.end_offsets(["s"]) == {"s": 3}
         assert client.sync() >= client.describe_log("s").last_zxid
+
+
+def test_an_expired_session_is_replaced(ensemble_server: ServerHandle) -> None:
+    from herder.ensemble import apis
+    from herder.wire import ApiRegistry, WireClient
+
+    async def scenario() -> None:
+        async with EnsembleClient(ensemble_server.bootstrap, session_timeout_ms=1000) as client:
+            await client.create_log("renew")
+            old = client.session_id
+            # end the session behind the client's back, as an expiry would
+            host, port = ensemble_server.bootstrap.split(":")
+            raw = WireClient(host, int(port), ApiRegistry(apis.CLIENT_APIS))
+            await raw.request(apis.CLOSE_SESSION, apis.CloseSessionRequest(session_id=old))
+            await raw.close()
+            deadline = asyncio.get_running_loop().time() + 10
+            while client.session_id in (old, 0):
+                assert asyncio.get_running_loop().time() < deadline, "session never renewed"
+                await asyncio.sleep(0.05)
+            assert await client.append("renew", b"after") == 0
+
+    asyncio.run(scenario())

@@ -12,6 +12,7 @@ will be delivered again, are not kept twice.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Collection, Mapping
@@ -29,6 +30,8 @@ from herder.connect import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 VERSION = "1.0"
 FILE = "file"
@@ -188,10 +191,20 @@ class FileStreamSinkTask(SinkTask):
                 lengths.append(int(committed[1]))
         if not lengths:
             return
-        self._length = max(lengths)
-        if os.fstat(self._fd).st_size > self._length:
-            os.ftruncate(self._fd, self._length)
+        length = max(lengths)
+        size = os.fstat(self._fd).st_size
+        if size > length:
+            os.ftruncate(self._fd, length)
             os.fsync(self._fd)
+        elif size < length:
+            log.warning(
+                "%s is shorter (%d bytes) than the length committed with its offsets (%d):"
+                " it was truncated or replaced outside herder; appending at its end",
+                self.path,
+                size,
+                length,
+            )
+        self._length = min(size, length)
 
     def put(self, df: DataFrame) -> None:
         table = df.select("value").toArrow()

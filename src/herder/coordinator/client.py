@@ -320,7 +320,10 @@ class GroupMember:
                 await self._drop_coordinator()
                 continue
             self.request_rejoin()
-            return
+            if code != ErrorCode.REBALANCE_IN_PROGRESS:
+                return
+            # Keep the session alive while on_revoked stops the work (it may take longer
+            # than the session): heartbeats stop only when JoinGroup is sent, as in Kafka.
 
     def _heartbeat_error(self, error: str) -> None:
         if self.on_heartbeat_error is not None:

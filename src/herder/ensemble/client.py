@@ -206,8 +206,31 @@ class EnsembleClient:
                 )
             except asyncio.CancelledError:
                 raise
+            except (SessionExpired, UnknownSession) as exc:
+                await self._renew_session(exc)
             except HerderError as exc:
                 log.warning("session %#x ping failed: %s", self.session_id, exc)
+
+    async def _renew_session(self, cause: HerderError) -> None:
+        """The ensemble expired our session (we were silent too long): open a new one.
+
+        Keys the old session owned are gone, as its expiry promised; writes in flight
+        under it failed with SESSION_EXPIRED and are the caller's to retry.
+        """
+        old = self.session_id
+        self.session_id = 0
+        self._seq = itertools.count(1)
+        wire = self._wire
+        try:
+            if wire is None or not wire.connected:
+                await self._reconnect()
+            else:
+                await self._open_session(wire)
+        except HerderError as exc:
+            self.session_id = old
+            log.warning("could not renew expired session %#x: %s", old, exc)
+            return
+        log.warning("session %#x: %s; continuing as session %#x", old, cause, self.session_id)
 
     def _saw(self, zxid: int) -> None:
         if zxid > self.last_zxid:
