@@ -17,7 +17,7 @@ from herder.dataplane import SegmentWriter, SparkRuntime, Storage, TxnRefused
 from herder.dataplane.reader import slice_table
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.txn import Append, CheckKeyValue, CreateLog
-from herder.errors import UnknownTopicOrPartition
+from herder.errors import HerderError, UnknownTopicOrPartition
 from tests.dataplane.conftest import connected
 from tests.integration.conftest import ServerHandle
 
@@ -369,3 +369,67 @@ async def test_workers_run_retention_on_their_own(
         while await topics.start_offsets("expiring") != {0: 3}:
             assert asyncio.get_running_loop().time() < deadline, "retention never ran"
             await asyncio.sleep(0.1)
+
+
+class _ThreeRecords:
+    """A source task's poll: three records once, then nothing."""
+
+    def __init__(self, topic: str) -> None:
+        from herder.connect import SourceRecord
+
+        self.batches = [[SourceRecord({"p": 0}, {"n": i}, topic, b"v%d" % i) for i in range(3)]]
+
+
+async def test_a_source_creates_its_topic_with_the_configured_partitions(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    import threading
+
+    from herder.connect import SourceTask
+    from herder.dataplane.execution import TaskExecutions
+    from herder.runtime.protocol import ConnectorTaskId
+    from herder.runtime.worker_config import WorkerConfig
+
+    records = _ThreeRecords("autocreated")
+
+    class Task(SourceTask):
+        def start(self, config: dict[str, str]) -> None:
+            pass
+
+        def poll(self):  # type: ignore[no-untyped-def]
+            return records.batches.pop() if records.batches else None
+
+        def stop(self) -> None:
+            pass
+
+    executions = TaskExecutions(
+        WorkerConfig.from_properties(
+            {"group.id": "autocreate", "bootstrap.servers": ensemble.bootstrap,
+             "storage.root": storage.root}
+        )
+    )  # fmt: skip
+    execution = executions(
+        ConnectorTaskId("autocreate", 0),
+        Task(),
+        {"topic.creation.default.partitions": "3", "batch.max.ms": "50"},
+        {"connector.class": "x"},
+    )
+    stopping, paused = threading.Event(), threading.Event()
+    runner = threading.Thread(target=execution.run, args=(stopping, paused))
+    runner.start()
+    try:
+        async with connected(ensemble, storage, spark) as topics:
+            deadline = asyncio.get_running_loop().time() + 60
+            while True:
+                try:
+                    ends = await topics.end_offsets("autocreated")
+                except HerderError:
+                    ends = {}
+                if sum(ends.values()) == 3:
+                    break
+                assert asyncio.get_running_loop().time() < deadline, "no records arrived"
+                await asyncio.sleep(0.1)
+            assert len(ends) == 3, "the topic got topic.creation.default.partitions partitions"
+    finally:
+        stopping.set()
+        await asyncio.to_thread(runner.join, 30)

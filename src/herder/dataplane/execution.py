@@ -66,6 +66,8 @@ from herder.runtime.worker_config import WorkerConfig
 log = logging.getLogger(__name__)
 
 BATCHES_LOG = "_batches"
+#: Connect's name for the partition count of topics a source creates by writing to them
+TOPIC_CREATION_PARTITIONS = "topic.creation.default.partitions"
 RETENTION_CHECK_INTERVAL = "retention.check.interval.ms"
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000
 BATCH_MAX_RECORDS = "batch.max.records"
@@ -169,7 +171,12 @@ class _Execution(ABC):
         self.settings = settings
         self.name = f"{task_id.connector}-{task_id.task}"
         self.client = EnsembleClient(runtime.config.bootstrap, name=f"task-{self.name}")
-        self.topics = Topics(self.client, runtime.storage, spark=runtime.spark)
+        self.topics = Topics(
+            self.client,
+            runtime.storage,
+            spark=runtime.spark,
+            default_partitions=_int(settings, TOPIC_CREATION_PARTITIONS, 1),
+        )
 
     def run(self, stopping: threading.Event, paused: threading.Event) -> None:
         asyncio.run(self._main(stopping, paused))
