@@ -158,7 +158,7 @@ class OffsetFetchResponse(msgspec.Struct, kw_only=True):
 
 
 class ListGroupsRequest(msgspec.Struct, kw_only=True):
-    pass
+    """Every group the coordinator knows (no arguments)."""
 
 
 class ListedGroup(msgspec.Struct, kw_only=True):

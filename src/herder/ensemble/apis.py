@@ -17,7 +17,7 @@ from herder.wire.envelope import Api
 
 
 class _Msg(msgspec.Struct, kw_only=True, omit_defaults=True):
-    pass
+    """Base of the client messages: keyword fields, defaults left off the wire."""
 
 
 class ConnectSessionRequest(_Msg):
@@ -67,7 +67,7 @@ class TransactResponse(_Msg):
 
 
 class ListLogsRequest(_Msg):
-    pass
+    """Every log of the ensemble (no arguments)."""
 
 
 class ListLogsResponse(_Msg):
@@ -131,7 +131,7 @@ class PeerInfo(_Msg):
 
 
 class StatusRequest(_Msg):
-    pass
+    """The answering server's own status (no arguments)."""
 
 
 class StatusResponse(_Msg):

@@ -12,6 +12,7 @@ reads, sync), so tailers see a record as soon as it is applied.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -54,9 +55,8 @@ class AppliedWatch:
         future = asyncio.get_running_loop().create_future()
         self._by_log.setdefault(name, []).append(future)
         try:
-            await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
-            pass
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(future, timeout_s)
         finally:
             waiters = self._by_log.get(name)
             if waiters and future in waiters:

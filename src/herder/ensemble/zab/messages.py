@@ -72,11 +72,11 @@ class LearnerInfo(QuorumPacket, kw_only=True, frozen=True, gc=False):
 
 
 class FollowerInfo(LearnerInfo, tag="followerinfo", kw_only=True, frozen=True, gc=False):
-    pass
+    """A voting learner introducing itself to the leader."""
 
 
 class ObserverInfo(LearnerInfo, tag="observerinfo", kw_only=True, frozen=True, gc=False):
-    pass
+    """A non-voting learner introducing itself to the leader."""
 
 
 class LeaderInfo(QuorumPacket, tag="leaderinfo", kw_only=True, frozen=True, gc=False):
