@@ -63,10 +63,8 @@ def parse_connect_protocol(value: str) -> ConnectProtocol:
     implement, and ConfigError for anything else that is not a protocol name.
     """
     name = value.strip().lower()
-    try:
+    if name in {p.value for p in ConnectProtocol}:
         return ConnectProtocol(name)
-    except ValueError:
-        pass
     if name in _UNSUPPORTED_PROTOCOLS:
         raise NotSupported(
             f"{CONNECT_PROTOCOL_CONFIG}={name} ({_UNSUPPORTED_PROTOCOLS[name]}) is not "
