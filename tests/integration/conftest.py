@@ -53,7 +53,7 @@ class ServerHandle:
 def make_server(
     processes: Processes, tmp_path: Path, name: str = "ens", **props: object
 ) -> ServerHandle:
-    port = free_port()
+    port = int(props.pop("clientPort", 0)) or free_port()  # type: ignore[call-overload]
     data_dir = tmp_path / name
     data_dir.mkdir(parents=True, exist_ok=True)
     config = {
@@ -72,3 +72,49 @@ def make_server(
 @pytest.fixture
 def ensemble_server(processes: Processes, tmp_path: Path) -> Iterator[ServerHandle]:
     yield make_server(processes, tmp_path).start()
+
+
+@dataclass
+class Ensemble:
+    """Several servers of one replicated ensemble (``server.N`` lines, ids from 1)."""
+
+    servers: dict[int, ServerHandle]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(s.bootstrap for s in self.servers.values())
+
+    def start(self) -> Ensemble:
+        for server in self.servers.values():
+            server.start()
+        return self
+
+    def __getitem__(self, server_id: int) -> ServerHandle:
+        return self.servers[server_id]
+
+
+def make_ensemble(
+    processes: Processes,
+    tmp_path: Path,
+    participants: int = 3,
+    observers: int = 0,
+    **props: object,
+) -> Ensemble:
+    """A replicated ensemble on 127.0.0.1 with short ticks (not started)."""
+    ids = range(1, participants + observers + 1)
+    ports = {sid: (free_port(), free_port(), free_port()) for sid in ids}
+    lines = {
+        f"server.{sid}": f"127.0.0.1:{q}:{e}{':observer' if sid > participants else ''};"
+        f"127.0.0.1:{c}"
+        for sid, (q, e, c) in ports.items()
+    }
+    servers = {}
+    for sid in ids:
+        server = make_server(
+            processes,
+            tmp_path,
+            name=f"server{sid}",
+            **{"server.id": sid, "clientPort": ports[sid][2], **lines, **props},
+        )
+        servers[sid] = server
+    return Ensemble(servers)

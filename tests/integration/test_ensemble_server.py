@@ -164,23 +164,37 @@ def test_snapshots_are_taken_purged_and_recovered_from(processes, tmp_path) -> N
     assert latest == {b"k%d" % (i % 7): b"%d" % i for i in range(403, 410)}
 
 
-def test_a_replicated_config_is_refused_clearly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_ports_in_use_are_reported_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import socket
     import subprocess
 
-    from tests.harness import HERDER
+    from tests.harness import HERDER, free_port
 
-    config = tmp_path / "three.properties"
-    config.write_text(
-        f"dataDir={tmp_path}\nserver.id=1\n"
-        + "".join(
-            f"server.{i}=127.0.0.1:{2880 + i}:{3880 + i};127.0.0.1:{2190 + i}\n" for i in (1, 2, 3)
-        )
-    )
-    out = subprocess.run(
-        [*HERDER, "ensemble", "start", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 1
-    assert "replication is not supported yet" in out.stderr and "Traceback" not in out.stderr
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = taken.getsockname()[1]
+    try:
+        ports = [(free_port(), free_port()) for _ in range(3)]
+        for name, lines in (
+            ("client", f"clientPort={busy}\nclientPortAddress=127.0.0.1\n"),
+            (
+                "quorum",
+                f"server.id=1\nserver.1=127.0.0.1:{busy}:{ports[0][1]};127.0.0.1:{free_port()}\n"
+                + "".join(
+                    f"server.{i}=127.0.0.1:{ports[i - 1][0]}:{ports[i - 1][1]}\n" for i in (2, 3)
+                ),
+            ),
+        ):
+            config = tmp_path / f"{name}.properties"
+            config.write_text(f"dataDir={tmp_path / name}\n{lines}")
+            out = subprocess.run(
+                [*HERDER, "ensemble", "start", "--config", str(config)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert out.returncode == 1, out.stderr
+            assert str(busy) in out.stderr and "Traceback" not in out.stderr, out.stderr
+    finally:
+        taken.close()

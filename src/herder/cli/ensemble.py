@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import click
+import msgspec
 
 from herder.cli.output import bootstrap_option, json_option, print_json, print_table
 from herder.ensemble.client import parse_bootstrap, server_status
@@ -51,15 +52,30 @@ def status(bootstrap: str, as_json: bool) -> None:
         return
     print_table(
         None,
-        ["server", "address", "role", "epoch", "last zxid", "committed zxid", "sessions", "logs"],
+        [
+            "server",
+            "address",
+            "role",
+            "leader",
+            "epoch",
+            "last zxid",
+            "committed zxid",
+            "learners",
+            "synced by",
+            "sessions",
+            "logs",
+        ],
         [
             [
                 r.get("server_id", "?"),
                 r["address"],
                 r.get("role", f"unreachable: {r.get('error', '')}"),
+                "" if r.get("leader", -1) == -1 else r.get("leader"),
                 r.get("epoch", ""),
                 _zxid(r.get("last_zxid")),
                 _zxid(r.get("committed_zxid")),
+                ",".join(str(sid) for sid in r.get("learners", []) or []),  # type: ignore[attr-defined]
+                r.get("last_sync", ""),
                 r.get("sessions", ""),
                 r.get("logs", ""),
             ]
@@ -87,15 +103,7 @@ async def _statuses(bootstrap: str) -> list[dict[str, object]]:
             continue
         seen[address] = {
             "address": address,
-            "server_id": st.server_id,
-            "role": st.role,
-            "epoch": st.epoch,
-            "last_zxid": st.last_zxid,
-            "committed_zxid": st.committed_zxid,
-            "sessions": st.sessions,
-            "logs": st.logs,
-            "outstanding_requests": st.outstanding_requests,
-            "learners": st.learners,
+            **{k: v for k, v in msgspec.structs.asdict(st).items() if k != "peers"},
         }
         # every server knows every other's client address: show the whole ensemble
         queue.extend(p.client_address for p in st.peers if p.client_address)

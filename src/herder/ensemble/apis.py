@@ -148,6 +148,16 @@ class StatusResponse(_Msg):
     fsyncs: int = 0
     snapshots: int = 0
     learners: list[int] = []
+    #: the leader this server follows or is; -1 when none (standalone: itself)
+    leader: int = -1
+    #: Zab's phase: ELECTION, DISCOVERY, SYNCHRONIZATION or BROADCAST ("" standalone)
+    phase: str = ""
+    accepted_epoch: int = 0
+    current_epoch: int = 0
+    #: how this server last synchronised with a leader: DIFF, TRUNC or SNAP
+    last_sync: str = ""
+    #: how many syncs of each kind this server received since it started
+    syncs: dict[str, int] = {}
 
 
 CONNECT_SESSION = Api(100, "ConnectSession", ConnectSessionRequest, ConnectSessionResponse)

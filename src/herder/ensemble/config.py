@@ -120,6 +120,31 @@ ENSEMBLE_CONFIG = (
         documentation="Size in KB by which transaction log files are preallocated.",
     )
     .define(
+        "zookeeper.commitLogCount",
+        Type.INT,
+        default=500,
+        validator=Range.at_least(1),
+        importance=Importance.LOW,
+        documentation="Committed transactions a server keeps in memory to sync learners from.",
+    )
+    .define(
+        "zookeeper.snapshotSizeFactor",
+        Type.DOUBLE,
+        default=0.33,
+        importance=Importance.LOW,
+        documentation=(
+            "A learner is synced from the on-disk log only while what it lacks is under this"
+            " fraction of the snapshot's size (negative: never from the log)."
+        ),
+    )
+    .define(
+        "zookeeper.forceSnapshotSync",
+        Type.BOOLEAN,
+        default=False,
+        importance=Importance.LOW,
+        documentation="Always sync learners by snapshot.",
+    )
+    .define(
         "server.id",
         Type.INT,
         default=-1,
@@ -174,6 +199,9 @@ class EnsembleConfig:
     max_frame_bytes: int
     server_id: int
     peers: dict[int, PeerAddress] = field(default_factory=dict)
+    commit_log_count: int = 500
+    snapshot_size_factor: float = 0.33
+    force_snapshot_sync: bool = False
 
     @property
     def standalone(self) -> bool:
@@ -233,6 +261,9 @@ class EnsembleConfig:
             max_frame_bytes=values["jute.maxbuffer"],
             server_id=server_id,
             peers=peers,
+            commit_log_count=values["zookeeper.commitLogCount"],
+            snapshot_size_factor=values["zookeeper.snapshotSizeFactor"],
+            force_snapshot_sync=values["zookeeper.forceSnapshotSync"],
         )
 
 

@@ -1,11 +1,20 @@
 """An ensemble server: storage, state machine and client RPCs behind one asyncio loop.
 
-Start-up recovers the state from the newest valid snapshot plus the transaction log,
-starts a new epoch (persisted before anything is proposed in it), and serves clients.
-Writes go through the :mod:`pipeline <herder.ensemble.pipeline>` (zxid, fsync, apply);
-reads are answered from the applied state. Sessions are the leader's business: its
-tracker decides expiry and proposes it as a transaction, so replicas never consult
-their own clocks.
+A config without ``server.N`` lines (or with one) runs a standalone server: start-up
+recovers the state from the newest valid snapshot plus the transaction log, starts a
+new epoch (persisted before anything is proposed in it), and writes go through the
+:mod:`pipeline <herder.ensemble.pipeline>` (zxid, fsync, apply).
+
+With several servers, a :class:`~herder.ensemble.replica.ZabReplica` runs Zab between
+them: one leader per epoch; writes sent to any server are committed by a quorum and
+answered once the receiving server applied them; reads are served from the receiving
+server's applied state (``sync`` first for the leader's latest). A server that is not
+in sync with a leader refuses requests and drops its clients, who move on through
+their bootstrap list.
+
+Sessions are the leader's business: its tracker decides expiry and proposes it as a
+transaction, so replicas never consult their own clocks; learners pass their clients'
+touches to the leader with their pings.
 """
 
 from __future__ import annotations
@@ -16,10 +25,12 @@ import random
 import time
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 from herder.ensemble import apis
 from herder.ensemble.config import EnsembleConfig
 from herder.ensemble.pipeline import StandalonePipeline
+from herder.ensemble.replica import ZabReplica
 from herder.ensemble.services import LeaderService
 from herder.ensemble.sessions import SessionIdAllocator, SessionTracker
 from herder.ensemble.state import StateMachine
@@ -40,10 +51,11 @@ from herder.ensemble.txn import (
     format_zxid,
     zxid_epoch,
 )
+from herder.ensemble.zab import Event, Following, Leading, Looking, LostLeadership
 from herder.errors import (
+    HerderError,
     InvalidSessionTimeout,
     NotLeader,
-    NotSupported,
     ProtocolError,
     SessionExpired,
 )
@@ -64,7 +76,7 @@ def _monotonic_ms() -> int:
 
 
 class EnsembleServer:
-    """One standalone ensemble server (replication arrives with the Zab peer)."""
+    """One ensemble server, standalone or one of a replicated ensemble."""
 
     def __init__(
         self,
@@ -76,10 +88,11 @@ class EnsembleServer:
         self.config = config
         self.services = list(services)
         self._fs = fs
-        self.role = "standalone"
+        self.role = "standalone" if config.standalone else "looking"
         self.storage: Storage | None = None
-        self.state = StateMachine()
-        self.pipeline: StandalonePipeline | None = None
+        self._state = StateMachine()
+        self.pipeline: StandalonePipeline | ZabReplica | None = None
+        self.replica: ZabReplica | None = None
         self.wire = WireServer(
             ApiRegistry(apis.CLIENT_APIS),
             name=f"herder-ensemble-{config.server_id}",
@@ -96,16 +109,18 @@ class EnsembleServer:
         self._committer: GroupCommitter | None = None
         self.epoch = 0
         self.port = 0
+        self._leading_task: asyncio.Task[None] | None = None
+        self._services_active = False
+
+    @property
+    def state(self) -> StateMachine:
+        """The applied state (a replica's is replaced when a leader sends a SNAP)."""
+        return self.replica.state if self.replica is not None else self._state
 
     # -- lifecycle ----------------------------------------------------------------
 
     async def start(self) -> None:
         cfg = self.config
-        if not cfg.standalone:
-            raise NotSupported(
-                f"the config lists {len(cfg.peers)} servers, but replication is not supported"
-                " yet: run one server (no server.N lines, or just one)"
-            )
         storage = await asyncio.to_thread(
             Storage.open,
             str(cfg.data_dir),
@@ -115,13 +130,72 @@ class EnsembleServer:
             snap_retain_count=cfg.snap_retain_count,
         )
         self.storage = storage
+        self._committer = GroupCommitter(storage)
+        self._route()
+        for service in self.services:
+            service.attach(self)
+        if cfg.standalone:
+            await self._start_standalone(storage)
+        else:
+            await self._start_replica(storage)
+        try:
+            self.port = await self.wire.start(cfg.client_address, cfg.client_port)
+        except OSError as exc:
+            await self.stop()
+            raise HerderError(
+                f"cannot serve clients on {cfg.client_address}:{cfg.client_port}: {exc.strerror}"
+            ) from None
+        log.info(
+            "server %d (%s, epoch %d) serving clients on %s:%d",
+            cfg.server_id,
+            self.role,
+            self.epoch,
+            cfg.client_address,
+            self.port,
+        )
+
+    async def _start_replica(self, storage: Storage) -> None:
+        assert self._committer is not None
+        replica = ZabReplica(
+            self.config,
+            storage,
+            self._committer,
+            on_applied=self._applied,
+            on_event=self._zab_event,
+            on_touches=self._touched,
+        )
+        self.replica = replica
+        self.pipeline = replica
+        me = self.config.peers[self.config.server_id]
+        try:
+            await replica.net.start()
+        except OSError as exc:
+            await self.stop()
+            raise HerderError(
+                f"cannot listen on {me.host}:{me.quorum_port} (quorum) and"
+                f" {me.host}:{me.election_port} (election): {exc.strerror}"
+            ) from None
+        log.info(
+            "server %d joining an ensemble of %d (%s), last logged zxid %s",
+            self.config.server_id,
+            len(self.config.peers),
+            ", ".join(
+                f"{p.server_id}{' observer' if p.observer else ''}"
+                for p in self.config.peers.values()
+            ),
+            format_zxid(storage.last_zxid),
+        )
+        await replica.start()
+
+    async def _start_standalone(self, storage: Storage) -> None:
+        cfg = self.config
         recovery = storage.recovery
         state = (
             StateMachine.restore(recovery.snapshot.payload) if recovery.snapshot else StateMachine()
         )
         for entry in recovery.transactions:
             state.apply(decode_txn(entry.payload))
-        self.state = state
+        self._state = state
         log.info(
             "server %d recovered %d logs and %d sessions up to zxid %s",
             cfg.server_id,
@@ -138,41 +212,38 @@ class EnsembleServer:
         self.epoch = last_epoch + 1
         await asyncio.to_thread(epochs.set_accepted_epoch, self.epoch)
         await asyncio.to_thread(epochs.set_current_epoch, self.epoch)
-        self._committer = GroupCommitter(storage)
+        assert self._committer is not None
         self.pipeline = StandalonePipeline(
             state, self._committer, self.epoch, _now_ms, on_applied=self._applied
         )
-        now = _monotonic_ms()
-        for info in state.sessions().values():
-            self.tracker.add(info.session_id, info.timeout_ms, now)
+        self._track_sessions()
         await self.pipeline.submit(lambda h: Noop(h))
-        self._route()
-        for service in self.services:
-            service.attach(self)
+        self._services_active = True
         for service in self.services:
             await service.became_leader(self.epoch)
-        self.port = await self.wire.start(cfg.client_address, cfg.client_port)
         self._expiry_task = asyncio.create_task(self._expire_sessions())
-        log.info(
-            "server %d (%s, epoch %d) serving clients on %s:%d",
-            cfg.server_id,
-            self.role,
-            self.epoch,
-            cfg.client_address,
-            self.port,
-        )
+
+    def _track_sessions(self) -> None:
+        """Take over session expiry: every open session gets a whole timeout from now."""
+        self.tracker = SessionTracker(self.config.tick_time_ms)
+        now = _monotonic_ms()
+        for info in self.state.sessions().values():
+            self.tracker.add(info.session_id, info.timeout_ms, now)
 
     async def stop(self) -> None:
         """Stop serving, finish what is being written, release the data directory."""
         if self._stopped.is_set():
             return
         self._stopped.set()
-        for service in self.services:
-            service.lost_leadership()
+        self._deactivate_services()
+        if self.replica is not None:
+            self.replica.stop_accepting()
         await self.wire.stop()
         if self._expiry_task is not None:
             self._expiry_task.cancel()
-        if self.pipeline is not None:
+        if self.replica is not None:
+            await self.replica.stop()
+        elif self.pipeline is not None:
             self.pipeline.stop()
         if self._snapshotting is not None:
             await asyncio.gather(self._snapshotting, return_exceptions=True)
@@ -184,6 +255,76 @@ class EnsembleServer:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    # -- roles (replicated) -----------------------------------------------------------
+
+    def _zab_event(self, event: Event) -> None:
+        assert self.replica is not None
+        if isinstance(event, LostLeadership):
+            self._deactivate_services()
+        elif isinstance(event, Looking):
+            self._deactivate_services()
+            was = self.role
+            self.role = "looking"
+            if was != "looking":
+                log.warning(
+                    "server %d: %s -> looking (%s); dropping its clients",
+                    self.config.server_id,
+                    was,
+                    event.reason,
+                )
+                for conn in list(self.wire.connections.values()):
+                    conn.close(f"server {self.config.server_id} is looking for a leader")
+        elif isinstance(event, Leading):
+            self.role = "leader"
+            self.epoch = event.epoch
+            log.info("server %d: leading epoch %d", self.config.server_id, event.epoch)
+            self._track_sessions()
+            self._expiry_task = asyncio.get_running_loop().create_task(self._expire_sessions())
+            self._leading_task = asyncio.get_running_loop().create_task(
+                self._activate_services(event.epoch)
+            )
+        elif isinstance(event, Following):
+            self.role = "observer" if event.observer else "follower"
+            self.epoch = event.epoch
+            log.info(
+                "server %d: %s of leader %d in epoch %d",
+                self.config.server_id,
+                self.role,
+                event.leader,
+                event.epoch,
+            )
+
+    async def _activate_services(self, epoch: int) -> None:
+        self._services_active = True
+        for service in self.services:
+            try:
+                await service.became_leader(epoch)
+            except NotLeader:
+                return
+            except Exception:
+                log.exception("service failed to start on the new leader")
+
+    def _deactivate_services(self) -> None:
+        if self._expiry_task is not None and self.replica is not None:
+            self._expiry_task.cancel()
+            self._expiry_task = None
+        if self._leading_task is not None:
+            self._leading_task.cancel()
+            self._leading_task = None
+        if self._services_active or self._stopped.is_set():
+            self._services_active = False
+            for service in self.services:
+                service.lost_leadership()
+
+    def _touched(self, session_ids: list[int]) -> None:
+        now = _monotonic_ms()
+        for session_id in session_ids:
+            self.tracker.touch(session_id, now)
+
+    @property
+    def _tracks_sessions(self) -> bool:
+        return self.replica is None or self.replica.leading
 
     # -- background work ----------------------------------------------------------
 
@@ -201,8 +342,19 @@ class EnsembleServer:
                     log.exception("could not expire sessions")
 
     def _applied(self, txn: Txn, result: TxnResult) -> None:
-        if self._policy.record_txn() and self._snapshotting is None:
-            self._snapshotting = asyncio.get_running_loop().create_task(self._snapshot())
+        if self._tracks_sessions:
+            if isinstance(txn, CreateSession) and result.ok:
+                self.tracker.add(txn.session_id, txn.timeout_ms, _monotonic_ms())
+            elif isinstance(txn, CloseSession):
+                self.tracker.remove(txn.session_id)
+            elif isinstance(txn, ExpireSessions):
+                for session_id in txn.session_ids:
+                    self.tracker.remove(session_id)
+        if self._policy.record_txn():
+            if self.replica is not None:
+                self.replica.snapshot_soon()
+            elif self._snapshotting is None:
+                self._snapshotting = asyncio.get_running_loop().create_task(self._snapshot())
 
     async def _snapshot(self) -> None:
         assert self.storage is not None and self._committer is not None
@@ -225,19 +377,33 @@ class EnsembleServer:
 
     @property
     def is_leader(self) -> bool:
-        return self.pipeline is not None and not self._stopped.is_set()
+        if self.pipeline is None or self._stopped.is_set():
+            return False
+        return self.replica is None or self.replica.leading
 
     def leader_client_address(self) -> tuple[int, str] | None:
-        if not self.is_leader:
+        if self._stopped.is_set() or self.pipeline is None:
             return None
+        replica = self.replica
+        leader = self.config.server_id
+        if replica is not None:
+            if not replica.serving or replica.leader_id is None:
+                return None
+            leader = replica.leader_id
+        if leader != self.config.server_id:
+            peer = self.config.peers.get(leader)
+            if peer is None or not peer.client_port:
+                return None
+            return leader, peer.client_address
         host = self.config.client_address
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         return self.config.server_id, f"{host}:{self.port}"
 
     async def commit(self, ops: Sequence[Op]) -> TxnResult:
-        if self.pipeline is None or self._stopped.is_set():
+        if not self.is_leader:
             raise NotLeader(f"server {self.config.server_id} is not the leader")
+        assert self.pipeline is not None
         return await self.pipeline.submit(partial(WriteTxn, ops=list(ops)))
 
     # -- handlers -----------------------------------------------------------------
@@ -255,9 +421,27 @@ class EnsembleServer:
         w.route(apis.SYNC, self._sync)
         w.route(apis.STATUS, self._status)
 
+    def _serving(self) -> None:
+        """Refuse a request unless this server is in sync with a leader."""
+        replica = self.replica
+        if replica is not None and not replica.serving:
+            raise NotLeader(
+                f"server {self.config.server_id} is not serving: it is not in sync with a"
+                " leader; try another server"
+            )
+
     def _live_session(self, session_id: int) -> None:
-        if session_id and not self.tracker.touch(session_id, _monotonic_ms()):
+        self._serving()
+        if not session_id:
+            return
+        if self._tracks_sessions:
+            if not self.tracker.touch(session_id, _monotonic_ms()):
+                raise SessionExpired(f"session {session_id:#x} has expired or was closed")
+            return
+        assert self.replica is not None
+        if session_id not in self.state.sessions():
             raise SessionExpired(f"session {session_id:#x} has expired or was closed")
+        self.replica.touch(session_id)
 
     async def _connect_session(
         self, req: apis.ConnectSessionRequest, ctx: RequestContext
@@ -276,13 +460,13 @@ class EnsembleServer:
                 last_zxid=self.state.last_zxid,
                 last_seq=info.last_seq,
             )
+        self._serving()
         if req.timeout_ms <= 0:
             raise InvalidSessionTimeout(f"session timeout {req.timeout_ms} ms must be positive")
         timeout = min(max(req.timeout_ms, cfg.min_session_timeout_ms), cfg.max_session_timeout_ms)
         session_id = self._ids.allocate()
         result = await self.pipeline.submit(lambda h: CreateSession(h, session_id, timeout))
         result.raise_for_error()
-        self.tracker.add(session_id, timeout, _monotonic_ms())
         log.info(
             "session %#x opened by %s (%s), timeout %d ms",
             session_id,
@@ -331,11 +515,13 @@ class EnsembleServer:
     async def _list_logs(
         self, req: apis.ListLogsRequest, ctx: RequestContext
     ) -> apis.ListLogsResponse:
+        self._serving()
         return apis.ListLogsResponse(logs=self.state.logs())
 
     async def _describe_log(
         self, req: apis.DescribeLogRequest, ctx: RequestContext
     ) -> apis.DescribeLogResponse:
+        self._serving()
         return apis.DescribeLogResponse(log=self.state.describe(req.name))
 
     async def _await_zxid(self, zxid: int, wait_ms: int) -> None:
@@ -349,6 +535,7 @@ class EnsembleServer:
         self, req: apis.ReadLogRequest, ctx: RequestContext
     ) -> apis.ReadLogResponse:
         assert self.pipeline is not None
+        self._serving()
         await self._await_zxid(req.min_zxid, req.wait_ms)
         state = self.state
         records = state.read(req.log, req.from_offset, req.max_records, req.max_bytes)
@@ -368,6 +555,7 @@ class EnsembleServer:
     async def _end_offsets(
         self, req: apis.EndOffsetsRequest, ctx: RequestContext
     ) -> apis.EndOffsetsResponse:
+        self._serving()
         await self._await_zxid(req.min_zxid, req.wait_ms)
         return apis.EndOffsetsResponse(
             end_offsets={name: self.state.end_offset(name) for name in req.logs},
@@ -375,8 +563,14 @@ class EnsembleServer:
         )
 
     async def _sync(self, req: apis.SyncRequest, ctx: RequestContext) -> apis.SyncResponse:
-        # Standalone: everything committed is applied here already.
-        return apis.SyncResponse(zxid=self.state.last_zxid)
+        self._serving()
+        if self.replica is None:
+            # standalone: everything committed is applied here already
+            return apis.SyncResponse(zxid=self.state.last_zxid)
+        # A no-op through the leader: once this server applied it, it has applied
+        # everything the leader committed before it.
+        result = await self.replica.submit(lambda h: Noop(h))
+        return apis.SyncResponse(zxid=max(result.zxid, self.state.last_zxid))
 
     async def _status(self, req: apis.StatusRequest, ctx: RequestContext) -> apis.StatusResponse:
         assert self.pipeline is not None and self.storage is not None
@@ -401,8 +595,29 @@ class EnsembleServer:
                 for p in cfg.peers.values()
             ],
             fsyncs=stats.fsyncs,
-            snapshots=self._snapshots_taken,
+            **self._replica_status(),
         )
+
+    def _replica_status(self) -> dict[str, Any]:
+        replica = self.replica
+        if replica is None:
+            return {
+                "snapshots": self._snapshots_taken,
+                "leader": self.config.server_id,
+                "accepted_epoch": self.epoch,
+                "current_epoch": self.epoch,
+            }
+        status = replica.status
+        return {
+            "snapshots": replica.snapshots_taken,
+            "learners": replica.net.connected_learners if replica.leading else [],
+            "leader": status.leader if status.leader is not None else -1,
+            "phase": status.phase.name,
+            "accepted_epoch": status.accepted_epoch,
+            "current_epoch": status.current_epoch,
+            "last_sync": replica.last_sync,
+            "syncs": dict(replica.syncs),
+        }
 
 
 async def run_server(config: EnsembleConfig, services: Sequence[LeaderService] = ()) -> None:

@@ -132,12 +132,15 @@ class TxnHeader(msgspec.Struct, array_like=True, frozen=True, gc=False):
     ``timestamp_ms`` is the leader's clock when it proposed the transaction; it becomes
     the timestamp of every record the transaction writes. ``(session_id, seq)`` makes a
     client's write idempotent; transactions the leader proposes on its own leave them 0.
+    ``origin`` lets the server a write arrived at recognise it when it commits.
     """
 
     zxid: int
     timestamp_ms: int
     session_id: int = 0
     seq: int = 0
+    #: on a replicated ensemble, the server and request it came from (to answer it)
+    origin: int = 0
 
 
 class _Txn(msgspec.Struct, array_like=True, frozen=True, gc=False):

@@ -229,3 +229,16 @@ def test_a_leader_whose_zxid_counter_runs_out_steps_down_for_a_new_epoch() -> No
         leader.peer.propose(b"one too many")
     ready = leader.drain()
     assert isinstance(ready.events[0], LostLeadership)
+
+
+def test_a_closed_learner_connection_drops_it_and_without_a_quorum_the_leader_steps_down() -> None:
+    leader = established(config(3), learners=(2, 3))
+    leader.peer.disconnected(2, leader.now)
+    assert not leader.drain().events
+    assert leader.peer.status.serving  # 1 and 3 are a quorum of 3
+    leader.peer.disconnected(7, leader.now)  # not a learner of ours: nothing happens
+    leader.peer.disconnected(3, leader.now)
+    lost, looking = leader.drain().events
+    assert isinstance(lost, LostLeadership) and "quorum" in lost.reason
+    assert isinstance(looking, Looking)
+    assert leader.peer.status.state is ServerState.LOOKING

@@ -299,3 +299,13 @@ def test_a_server_with_a_corrupt_log_asks_for_a_snap_and_does_not_vote() -> None
     leader.send(Snap, zxid=z(3, 1), data=b"s")
     leader.send(NewLeader, zxid=z(4, 0))
     assert not peer.status.needs_snap  # the snapshot replaced the corrupt log
+
+
+def test_a_learner_whose_leader_connection_closes_looks_for_a_leader_at_once() -> None:
+    learner, _ = synced()
+    learner.peer.disconnected(3, learner.now)  # not its leader: nothing happens
+    assert learner.peer.status.serving
+    learner.peer.disconnected(1, learner.now)
+    events = learner.drain().events
+    assert isinstance(events[-1], Looking) and "connection to leader 1 closed" in events[-1].reason
+    assert learner.peer.status.state is ServerState.LOOKING

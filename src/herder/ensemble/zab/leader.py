@@ -431,6 +431,21 @@ class Leader:
         if self._pings % 2 == 0:
             self._check_learners(now)
 
+    def disconnected(self, sid: int) -> None:
+        """The connection to learner ``sid`` closed: drop it; keep leading only on a quorum."""
+        s = self.sessions.get(sid)
+        if s is None:
+            return
+        self._drop(s, "its connection closed")
+        if self.established:
+            self._require_quorum()
+
+    def _require_quorum(self) -> None:
+        alive = {s.sid for s in self.sessions.values() if not s.observer}
+        alive.add(self.node.id)
+        if not self.node.config.is_quorum(alive):
+            raise StepDown(f"lost its quorum: only {sorted(alive)} heard from within syncLimit")
+
     def _check_learners(self, now: int) -> None:
         node = self.node
         config = node.config
@@ -441,7 +456,4 @@ class Leader:
             if now - s.last_heard > window:
                 self._drop(s, f"silent for {now - s.last_heard} ms")
         if self.established:
-            alive = {s.sid for s in self.sessions.values() if not s.observer}
-            alive.add(node.id)
-            if not config.is_quorum(alive):
-                raise StepDown(f"lost its quorum: only {sorted(alive)} heard from within syncLimit")
+            self._require_quorum()

@@ -112,6 +112,24 @@ class Peer:
         except StepDown as stop:
             self._look(now_ms, str(stop))
 
+    def disconnected(self, server_id: int, now_ms: int) -> None:
+        """The host's connection to ``server_id`` closed (a TCP transport's news).
+
+        A learner whose leader's connection closed goes back to election at once, and a
+        leader drops that learner's session (stepping down if it no longer hears a
+        quorum), as ZooKeeper does when a socket closes; without this input both only
+        notice after ``syncLimit`` ticks of silence. Either move is always safe.
+        """
+        self._now = now_ms
+        role = self._role
+        try:
+            if isinstance(role, Learner) and role.leader == server_id:
+                raise StepDown(f"connection to leader {server_id} closed")
+            if isinstance(role, Leader):
+                role.disconnected(server_id)
+        except StepDown as stop:
+            self._look(now_ms, str(stop))
+
     def propose(self, payload: bytes) -> int:
         """Propose a client write; returns its zxid. Only an established leader can."""
         role = self._role
