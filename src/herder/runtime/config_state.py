@@ -23,6 +23,9 @@ Record kinds (key → JSON value), as Kafka Connect's config topic has them:
 ``restart-connector-<name>``
     ``{"include-tasks": bool, "only-failed": bool}``: a command, not state. It never
     shows in a snapshot; :meth:`ConfigState.apply` hands it back to the caller.
+``logger-cluster-<namespace>``
+    ``{"level": "DEBUG"}``: set a logger's level on every worker (``PUT
+    /admin/loggers/<namespace>?scope=cluster``). Also a command handed back by ``apply``.
 
 A malformed record is logged and skipped rather than raised: it is already in the log,
 and a reader that stopped on it would never get past it.
@@ -41,6 +44,8 @@ from herder.runtime.protocol import ConnectorTaskId
 
 __all__ = [
     "ClusterConfigSnapshot",
+    "ClusterLoggerLevel",
+    "ConfigCommand",
     "ConfigDiff",
     "ConfigRecord",
     "ConfigState",
@@ -48,6 +53,7 @@ __all__ = [
     "TargetState",
     "connector_config_record",
     "connector_removal_record",
+    "logger_level_record",
     "restart_request_record",
     "target_state_record",
     "task_commit_record",
@@ -65,6 +71,7 @@ _TASK = "task-"
 _COMMIT = "commit-"
 _TARGET_STATE = "target-state-"
 _RESTART = "restart-connector-"
+_LOGGER = "logger-cluster-"
 
 
 class TargetState(StrEnum):
@@ -84,6 +91,18 @@ class RestartRequest:
     connector: str
     include_tasks: bool = False
     only_failed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLoggerLevel:
+    """A user's request to set logger ``namespace`` to ``level`` on every worker."""
+
+    namespace: str
+    level: str
+
+
+#: what the config log asks workers to do, rather than to be
+ConfigCommand = RestartRequest | ClusterLoggerLevel
 
 
 def _encode(value: Mapping[str, Any]) -> bytes:
@@ -129,6 +148,11 @@ def restart_request_record(request: RestartRequest) -> ConfigRecord:
     """Ask whichever worker runs the connector (and its tasks) to restart them."""
     value = {"include-tasks": request.include_tasks, "only-failed": request.only_failed}
     return f"{_RESTART}{request.connector}", _encode(value)
+
+
+def logger_level_record(request: ClusterLoggerLevel) -> ConfigRecord:
+    """Ask every worker to set a logger's level."""
+    return f"{_LOGGER}{request.namespace}", _encode({"level": request.level})
 
 
 @dataclass(frozen=True)
@@ -209,8 +233,8 @@ class ConfigState:
         """The position after the last record applied, -1 before any."""
         return self._offset
 
-    def apply(self, offset: int, key: str, value: bytes | None) -> RestartRequest | None:
-        """Apply the record at ``offset``; returns it if it was a restart request.
+    def apply(self, offset: int, key: str, value: bytes | None) -> ConfigCommand | None:
+        """Apply the record at ``offset``; returns it if it was a command (restart, logger).
 
         Offsets must grow: re-reading the log from the start takes a fresh ConfigState.
         """
@@ -223,12 +247,14 @@ class ConfigState:
             log.error("Skipping malformed config record %r at offset %d: %s", key, offset, exc)
             return None
 
-    def _apply(self, key: str, value: bytes | None) -> RestartRequest | None:
+    def _apply(self, key: str, value: bytes | None) -> ConfigCommand | None:
         # target-state- and restart-connector- are tested before prefixes they could shadow
         if key.startswith(_TARGET_STATE):
             self._apply_target_state(key.removeprefix(_TARGET_STATE), value)
         elif key.startswith(_RESTART):
             return _restart_request(key.removeprefix(_RESTART), value)
+        elif key.startswith(_LOGGER):
+            return _logger_level(key.removeprefix(_LOGGER), value)
         elif key.startswith(_CONNECTOR):
             self._apply_connector_config(key.removeprefix(_CONNECTOR), value)
         elif key.startswith(_TASK):
@@ -327,6 +353,15 @@ def _restart_request(name: str, value: bytes | None) -> RestartRequest | None:
         include_tasks=bool(body.get("include-tasks", False)),
         only_failed=bool(body.get("only-failed", False)),
     )
+
+
+def _logger_level(namespace: str, value: bytes | None) -> ClusterLoggerLevel | None:
+    if value is None:
+        return None
+    level = _object(value)["level"]
+    if not isinstance(level, str) or not namespace:
+        raise ValueError(f"a logger level record needs a namespace and a level, not {level!r}")
+    return ClusterLoggerLevel(namespace, level)
 
 
 @dataclass(frozen=True)

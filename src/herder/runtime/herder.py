@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from herder.connect import ConnectorType
 from herder.coordinator.apis import fencing_op
 from herder.coordinator.client import CoordinatorClient, Generation, GroupMember
 from herder.ensemble.client import EnsembleClient
@@ -34,13 +35,21 @@ from herder.errors import CheckFailed, ConfigError, HerderError, RebalanceInProg
 from herder.runtime.assignor import EagerAssignor
 from herder.runtime.config_state import (
     ClusterConfigSnapshot,
+    ClusterLoggerLevel,
+    ConfigCommand,
     ConfigDiff,
+    ConfigRecord,
+    RestartRequest,
     TargetState,
     connector_config_record,
     connector_removal_record,
+    logger_level_record,
+    restart_request_record,
     target_state_record,
     task_config_records,
 )
+from herder.runtime.connector_offsets import ConnectorOffsets, OffsetChange
+from herder.runtime.loggers import Loggers, parse_level
 from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import (
     Assignment,
@@ -51,6 +60,7 @@ from herder.runtime.protocol import (
     encode_assignment,
     encode_metadata,
 )
+from herder.runtime.restart import RestartPlan, more_impactful
 from herder.runtime.rules import (
     AfterRebalance,
     ReconfigurationSchedule,
@@ -59,6 +69,7 @@ from herder.runtime.rules import (
 )
 from herder.runtime.status import State
 from herder.runtime.stores import ConfigStore, OffsetStore, StatusStore
+from herder.runtime.validation import ConfigInfos
 from herder.runtime.worker import ExecutionFactory, Worker
 from herder.runtime.worker_config import WorkerConfig
 
@@ -67,16 +78,36 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class NotLeaderWorker(HerderError):
+class WrongWorker(HerderError):
+    """The request belongs to another worker, at ``target_url`` (None: not known yet)."""
+
+    def __init__(self, message: str, target_url: str | None) -> None:
+        super().__init__(message)
+        self.target_url = target_url
+
+
+class NotLeaderWorker(WrongWorker):
     """This worker is not the group's leader; the request belongs at ``leader_url``."""
 
     def __init__(self, leader_url: str | None) -> None:
         super().__init__(
             f"this worker is not the leader; the leader is at {leader_url}"
             if leader_url
-            else "no leader is known yet (a rebalance is under way); try again shortly"
+            else "no leader is known yet (a rebalance is under way); try again shortly",
+            leader_url,
         )
         self.leader_url = leader_url
+
+
+class NotOwner(WrongWorker):
+    """The leader's answer for work that runs elsewhere: it belongs at ``owner_url``."""
+
+    def __init__(self, what: str, owner_url: str | None) -> None:
+        super().__init__(
+            f"{what} is not assigned to this worker"
+            + (f"; it runs at {owner_url}" if owner_url else " nor, yet, to any other"),
+            owner_url,
+        )
 
 
 class NotFound(HerderError):
@@ -88,6 +119,19 @@ class AlreadyExists(HerderError):
 
 
 _Request = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any]"]
+
+_ALTERED = "altered"
+_RESET = "reset"
+
+
+def _offsets_message(change: str) -> dict[str, str]:
+    # herder's connectors keep no offsets of their own outside the runtime's, but a
+    # connector may; Connect words it the same way for connectors that do not say
+    return {
+        "message": f"The Connect framework-managed offsets for this connector have been "
+        f"{change} successfully. However, if this connector manages offsets externally, they "
+        f"will need to be manually {change} in the system that the connector uses."
+    }
 
 
 def _now_ms() -> int:
@@ -114,7 +158,12 @@ class DistributedHerder:
             name=self.worker_id,
             session_timeout_ms=max(config.session_timeout_ms, 6_000),
         )
-        self.configs = ConfigStore(self.client, config.config_log, on_update=self._config_updated)
+        self.configs = ConfigStore(
+            self.client,
+            config.config_log,
+            on_update=self._config_updated,
+            on_command=self._on_command,
+        )
         self.offsets = OffsetStore(self.client, config.offset_log)
         self.statuses = StatusStore(self.client, config.status_log)
         self.coordinator = CoordinatorClient(config.bootstrap)
@@ -124,8 +173,11 @@ class DistributedHerder:
             self.statuses,
             execution_factory,
             task_shutdown_timeout_ms=config.task_shutdown_timeout_ms,
+            topic_tracking=config.topic_tracking,
         )
         self.worker.on_task_reconfiguration = self._request_reconfiguration
+        self.loggers = Loggers()
+        self.connector_offsets = ConnectorOffsets(self.offsets, self.coordinator)
         self.member: GroupMember | None = None
         self.assignment: Assignment | None = None
         self.generation: Generation | None = None
@@ -141,6 +193,11 @@ class DistributedHerder:
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
         self._http = httpx.AsyncClient(timeout=30)
+        self._pending_restarts: dict[str, RestartRequest] = {}
+        #: leader only: the REST URL of the worker each connector and task was given to
+        self._owners: dict[str | ConnectorTaskId, str] = {}
+        #: what the herder loop is busy with, and since when (wall clock), for timeouts
+        self._stage: tuple[str, float] | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -201,6 +258,13 @@ class DistributedHerder:
     def _assign(self, leader_id: str, protocol: str, members: Any) -> dict[str, bytes]:
         decoded = {member: decode_metadata(data) for member, data in members.items()}
         result = EagerAssignor().assign(leader_id, decoded, self.configs.snapshot())
+        owners: dict[str | ConnectorTaskId, str] = {}
+        for member, assignment in result.items():
+            for name in assignment.connectors:
+                owners[name] = decoded[member].url
+            for task_id in assignment.tasks:
+                owners[task_id] = decoded[member].url
+        self._owners = owners
         return {member: encode_assignment(a) for member, a in result.items()}
 
     async def _on_revoked(self) -> None:
@@ -215,6 +279,19 @@ class DistributedHerder:
 
     def _config_updated(self, snapshot: ClusterConfigSnapshot) -> None:
         self._config_dirty = True
+        self._wake.set()
+
+    def _on_command(self, command: ConfigCommand) -> None:
+        if isinstance(command, ClusterLoggerLevel):
+            try:
+                self.loggers.set_level(command.namespace, command.level)
+            except HerderError as exc:
+                log.warning("ignoring cluster logger level for %s: %s", command.namespace, exc)
+            return
+        pending = self._pending_restarts.get(command.connector)
+        self._pending_restarts[command.connector] = (
+            command if pending is None else more_impactful(pending, command)
+        )
         self._wake.set()
 
     def _request_reconfiguration(self, name: str) -> None:
@@ -245,20 +322,49 @@ class DistributedHerder:
         ]
         return max(0.0, (min(dues) - _now_ms()) / 1000) if dues else None
 
+    @contextlib.contextmanager
+    def _doing(self, what: str) -> Any:
+        self._stage = (what, time.time())
+        try:
+            yield
+        finally:
+            self._stage = None
+
+    def current_activity(self) -> str:
+        """What the herder loop is doing now, for a request that timed out waiting on it."""
+        if self._stage is not None:
+            what, since = self._stage
+            began = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+            return f"{what}, which began at {began}"
+        if self.assignment is None:
+            return "ensuring membership in the cluster (a rebalance is under way)"
+        return "idle"
+
     async def _tick(self) -> None:
         if self._pending_assignment is not None:
             generation, assignment = self._pending_assignment
             self._pending_assignment = None
-            await self._handle_assignment(generation, assignment)
+            with self._doing(f"starting the work of generation {generation.generation_id}"):
+                await self._handle_assignment(generation, assignment)
         if self._config_dirty and self.assignment is not None:
             self._config_dirty = False
-            await self._handle_config_update()
+            with self._doing("applying a change read from the config log"):
+                await self._handle_config_update()
+        if self._pending_restarts and self.assignment is not None:
+            restarts, self._pending_restarts = self._pending_restarts, {}
+            for restart in restarts.values():
+                with self._doing(f"restarting connector {restart.connector}"):
+                    await self._carry_out_restart(restart)
         for name in self._reconfigure.due(_now_ms()):
-            await self._reconfigure_tasks(name)
+            with self._doing(f"generating the task configs of connector {name}"):
+                await self._reconfigure_tasks(name)
         while (request := self._requests.pop_due(_now_ms())) is not None:
             action, future = request
+            if future.done():  # its caller gave up waiting
+                continue
             try:
-                result = await action()
+                with self._doing("serving a request of the REST API"):
+                    result = await action()
             except Exception as exc:
                 if not future.done():
                     future.set_exception(exc)
@@ -516,9 +622,18 @@ class DistributedHerder:
             return "unknown"
 
     async def put_connector_config(
-        self, name: str, config: dict[str, str], *, allow_replace: bool
+        self,
+        name: str,
+        config: dict[str, str],
+        *,
+        allow_replace: bool,
+        initial_state: TargetState | None = None,
     ) -> tuple[bool, dict[str, Any]]:
-        """Create or update a connector (leader only). Returns (created, info)."""
+        """Create or update a connector (leader only). Returns (created, info).
+
+        A new connector's ``initial_state`` is written before its config in the same
+        transaction, so it never runs, even briefly, in a state it was not created in.
+        """
 
         async def action() -> tuple[bool, dict[str, Any]]:
             self._require_leader()
@@ -527,39 +642,65 @@ class DistributedHerder:
             if exists and not allow_replace:
                 raise AlreadyExists(f"Connector {name} already exists")
             self.validate_connector_config(config)
-            await self._write_configs([connector_config_record(name, config)])
+            records: list[ConfigRecord] = []
+            if initial_state is not None and not exists:
+                records.append(target_state_record(name, initial_state))
+            records.append(connector_config_record(name, config))
+            await self._write_configs(records)
             await self.configs.read_to_end()
             return not exists, self.connector_info(name)
 
         return await self.submit(action)
 
+    async def patch_connector_config(
+        self, name: str, patch: dict[str, str | None]
+    ) -> dict[str, Any]:
+        """Merge ``patch`` into the connector's config (None removes a key); leader only."""
+
+        async def action() -> dict[str, Any]:
+            self._require_leader()
+            await self.configs.read_to_end()
+            current = self.configs.snapshot().connector_config(name)
+            if current is None:
+                raise NotFound(f"Connector {name} not found")
+            merged = {**current, **{k: v for k, v in patch.items() if v is not None}}
+            for key, value in patch.items():
+                if value is None:
+                    merged.pop(key, None)
+            merged["name"] = name
+            self.validate_connector_config(merged)
+            await self._write_configs([connector_config_record(name, merged)])
+            await self.configs.read_to_end()
+            return self.connector_info(name)
+
+        return await self.submit(action)
+
+    def validate_config(self, config: dict[str, str]) -> ConfigInfos:
+        """Connect's validation of a connector config (``.../config/validate``)."""
+        return ConfigInfos.validate(self.plugins, config)
+
     def validate_connector_config(self, config: dict[str, str]) -> None:
         """Refuse a config with one error naming each bad key (REST 400)."""
-        problems: list[str] = []
         class_name = config.get("connector.class", "")
         if not class_name:
-            problems.append(
-                'Missing required configuration "connector.class" which has no default value.'
-            )
+            problems = [
+                'connector.class: Missing required configuration "connector.class" which has '
+                "no default value."
+            ]
         else:
-            try:
-                klass = self.plugins.connector_class(class_name)
-            except HerderError as exc:
-                problems.append(str(exc))
-            else:
-                values = klass().validate(config)
-                problems += [
-                    f"{key}: {err}" for key, value in values.items() for err in value.errors
-                ]
-        tasks_max = config.get("tasks.max", "1")
-        if not tasks_max.isdigit() or int(tasks_max) < 1:
-            problems.append(
-                f"Invalid value {tasks_max} for configuration tasks.max: must be at least 1"
-            )
+            problems = self.validate_config(config).errors()
+        if not problems:
+            # what only the data plane can judge: transforms as configured together,
+            # predicates they name, converters, errors.*
+            check_data_plane = getattr(self.worker.execution_factory, "validate_config", None)
+            if check_data_plane is not None:
+                problems = check_data_plane(config)
         if problems:
             raise ConfigError(
                 "Connector configuration is invalid and contains the following "
-                f"{len(problems)} error(s):\n" + "\n".join(problems)
+                f"{len(problems)} error(s):\n" + "\n".join(problems) + "\nYou can also find "
+                "the above list of errors at the endpoint "
+                "`/connector-plugins/{connectorType}/config/validate`"
             )
 
     async def delete_connector(self, name: str) -> None:
@@ -570,6 +711,8 @@ class DistributedHerder:
                 raise NotFound(f"Connector {name} not found")
             await self._write_configs([connector_removal_record(name)])
             await self.configs.read_to_end()
+            # a deleted connector's active topics go with it, as in Connect
+            await self.statuses.delete_topics(name)
 
         await self.submit(action)
 
@@ -583,12 +726,208 @@ class DistributedHerder:
 
         await self.submit(action)
 
+    async def stop_connector(self, name: str) -> None:
+        """STOPPED: the connector shuts down and its task set is emptied (leader only).
+
+        The empty task set and the target state go in one transaction, after the
+        connector's old tasks are fenced, so no task of it runs or commits afterwards.
+        """
+
+        async def action() -> None:
+            self._require_leader()
+            await self.configs.read_to_end()
+            if name not in self.configs.snapshot():
+                raise NotFound(f"Connector {name} not found")
+            await self.coordinator.init_fencing(f"connector-{name}")
+            records = [
+                *task_config_records(name, []),
+                target_state_record(name, TargetState.STOPPED),
+            ]
+            await self._write_configs(records)
+            await self.configs.read_to_end()
+            log.info("connector %s: stopped, task configs emptied", name)
+
+        await self.submit(action)
+
     async def put_task_configs(self, name: str, configs: list[dict[str, str]]) -> None:
         async def action() -> None:
             self._require_leader()
             if name not in self.configs.snapshot():
                 raise NotFound(f"Connector {name} not found")
             await self.write_task_configs(name, configs)
+
+        await self.submit(action)
+
+    # -- restarts -------------------------------------------------------------------
+
+    def _require_stable(self) -> Assignment:
+        if self.assignment is None:
+            raise NotLeaderWorker(None)
+        return self.assignment
+
+    async def restart_connector(self, name: str) -> None:
+        """Restart connector ``name`` where it runs (answered by its worker)."""
+
+        async def action() -> None:
+            assignment = self._require_stable()
+            snapshot = self.configs.snapshot()
+            config = snapshot.connector_config(name)
+            if config is None:
+                raise NotFound(f"Unknown connector: {name}")
+            if name in assignment.connectors:
+                async with self._work_lock:
+                    await self.worker.stop_connector(name)
+                    await self._start_connector(name, config, snapshot)
+                log.info("connector %s restarted at the user's request", name)
+            elif self.is_leader:
+                raise NotOwner(f"Connector {name}", self._owners.get(name))
+            else:
+                raise NotLeaderWorker(self.leader_url)
+
+        await self.submit(action)
+
+    async def restart_task(self, task_id: ConnectorTaskId) -> None:
+        """Restart one task where it runs (answered by its worker)."""
+
+        async def action() -> None:
+            assignment = self._require_stable()
+            snapshot = self.configs.snapshot()
+            if task_id.connector not in snapshot:
+                raise NotFound(f"Unknown connector: {task_id.connector}")
+            if snapshot.task_config(task_id) is None:
+                raise NotFound(f"Unknown task: {task_id}")
+            if task_id in assignment.tasks:
+                async with self._work_lock:
+                    await self.worker.stop_tasks([task_id])
+                    await self._start_task(task_id, snapshot)
+                log.info("task %s restarted at the user's request", task_id)
+            elif self.is_leader:
+                raise NotOwner(f"Task {task_id}", self._owners.get(task_id))
+            else:
+                raise NotLeaderWorker(self.leader_url)
+
+        await self.submit(action)
+
+    def _restart_plan(self, request: RestartRequest) -> RestartPlan:
+        snapshot = self.configs.snapshot()
+        view = self.statuses.view
+        tasks = snapshot.tasks(request.connector)
+        statuses = {t: s for t in tasks if (s := view.task(t)) is not None}
+        return RestartPlan.build(request, view.connector(request.connector), tasks, statuses)
+
+    async def restart_connector_and_tasks(self, request: RestartRequest) -> dict[str, Any]:
+        """Record ``request`` in ``_configs`` (leader only); returns the state it leads to."""
+
+        async def action() -> dict[str, Any]:
+            self._require_leader()
+            await self.configs.read_to_end()
+            if request.connector not in self.configs.snapshot():
+                raise NotFound(f"Unknown connector: {request.connector}")
+            await self._write_configs([restart_request_record(request)])
+            plan = self._restart_plan(request)
+            return plan.state_info(self.connector_status(request.connector))
+
+        return await self.submit(action)
+
+    async def _carry_out_restart(self, request: RestartRequest) -> None:
+        """Restart what of ``request``'s plan runs on this worker."""
+        assignment = self.assignment
+        snapshot = self.configs.snapshot()
+        config = snapshot.connector_config(request.connector)
+        if assignment is None or config is None:
+            return
+        plan = self._restart_plan(request)
+        tasks = [t for t in plan.tasks if t in assignment.tasks]
+        restart_connector = plan.restart_connector and request.connector in assignment.connectors
+        if not tasks and not restart_connector:
+            return
+        log.info(
+            "connector %s: restarting%s%s as requested",
+            request.connector,
+            " the connector" if restart_connector else "",
+            f" tasks {[t.task for t in tasks]}" if tasks else "",
+        )
+        async with self._work_lock:
+            if restart_connector:
+                await self.worker.publish_restarting(request.connector)
+            for task_id in tasks:
+                await self.worker.publish_restarting(task_id)
+            if tasks:
+                await self.worker.stop_tasks(tasks)
+            if restart_connector:
+                await self.worker.stop_connector(request.connector)
+                await self._start_connector(request.connector, config, snapshot)
+            for task_id in tasks:
+                await self._start_task(task_id, snapshot)
+
+    # -- offsets ----------------------------------------------------------------------
+
+    def _connector_kind(self, name: str) -> ConnectorType:
+        config = self.configs.snapshot().connector_config(name)
+        if config is None:
+            raise NotFound(f"Connector {name} not found")
+        return ConnectorType(self.connector_type(config))
+
+    async def connector_offsets_of(self, name: str) -> dict[str, Any]:
+        """``GET /connectors/<name>/offsets``: the connector's committed offsets."""
+        await self.configs.read_to_end()
+        if self._connector_kind(name) is ConnectorType.SINK:
+            return {"offsets": await self.connector_offsets.sink_offsets(name)}
+        return {"offsets": await self.connector_offsets.source_offsets(name)}
+
+    async def modify_connector_offsets(
+        self, name: str, changes: list[OffsetChange] | None
+    ) -> dict[str, str]:
+        """Alter (``changes``) or reset (None) a STOPPED connector's offsets; leader only."""
+
+        async def action() -> dict[str, str]:
+            self._require_leader()
+            await self.configs.read_to_end()
+            snapshot = self.configs.snapshot()
+            kind = self._connector_kind(name)
+            if snapshot.target_state(name) is not TargetState.STOPPED or snapshot.task_count(name):
+                raise ConfigError(
+                    "Connectors must be in the STOPPED state before their offsets can be "
+                    "modified. This can be done for the specified connector by issuing a 'PUT' "
+                    f"request to the '/connectors/{name}/stop' endpoint"
+                )
+            offsets = self.connector_offsets
+            if kind is ConnectorType.SINK:
+                await (
+                    offsets.reset_sink(name)
+                    if changes is None
+                    else offsets.alter_sink(name, changes)
+                )
+            else:
+                await (
+                    offsets.reset_source(name)
+                    if changes is None
+                    else offsets.alter_source(name, changes)
+                )
+            change = _RESET if changes is None else _ALTERED
+            log.info("connector %s: offsets %s", name, change)
+            return _offsets_message(change)
+
+        return await self.submit(action)
+
+    # -- active topics and loggers ------------------------------------------------------
+
+    def active_topics(self, name: str) -> list[str]:
+        return [t.topic for t in self.statuses.view.topics(name)]
+
+    async def reset_active_topics(self, name: str) -> None:
+        forgotten = await self.statuses.delete_topics(name)
+        log.info("connector %s: active topics %s reset", name, forgotten)
+
+    async def set_cluster_logger_level(self, namespace: str, level: str) -> None:
+        """Have every worker set ``namespace`` to ``level``, through ``_configs``."""
+        parse_level(level)
+
+        async def action() -> None:
+            self._require_leader()
+            await self._write_configs(
+                [logger_level_record(ClusterLoggerLevel(namespace, level.upper()))]
+            )
 
         await self.submit(action)
 

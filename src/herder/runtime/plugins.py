@@ -11,6 +11,12 @@ A connector config's ``connector.class`` then names one of them by its full dott
 (``FileStreamSourceConnector``) or by that name without the ``Connector`` suffix
 (``FileStreamSource``), as Connect allows. Any other dotted name is imported, so a
 connector can also live in a module that is merely importable.
+
+Transformations and predicates are plugins too: the data plane that applies them lists
+them (``herder.dataplane.transforms.plugins()``, found by module name as the task
+execution factory is, since the runtime sits below the data plane). ``GET
+/connector-plugins?connectorsOnly=false`` shows them, and validation checks the
+``transforms.<alias>.*`` and ``predicates.<alias>.*`` keys against their ConfigDefs.
 """
 
 from __future__ import annotations
@@ -19,14 +25,25 @@ import importlib
 import importlib.metadata
 import inspect
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from herder.config import ConfigDef, ConfigValue, Importance, Type
 from herder.connect import UNDEFINED_VERSION, Connector, ConnectorType
 from herder.errors import ConfigError, HerderError
 
-__all__ = ["ENTRY_POINT_GROUP", "PluginInfo", "Plugins", "class_name"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PluginInfo",
+    "Plugins",
+    "TransformPlugin",
+    "UnknownPlugin",
+    "class_name",
+]
+
+#: where the data plane lists its transformations and predicates
+TRANSFORMS_MODULE: Final = "herder.dataplane.transforms"
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +54,10 @@ _SUFFIX: Final = "Connector"
 def class_name(klass: type) -> str:
     """The full dotted name of a class, as ``connector.class`` and the REST API spell it."""
     return f"{klass.__module__}.{klass.__qualname__}"
+
+
+class UnknownPlugin(HerderError):
+    """No plugin of that name (REST 404)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +71,49 @@ class PluginInfo:
     def to_json(self) -> dict[str, str]:
         """Connect's ``PluginInfo`` body: ``class``, ``type`` and ``version``."""
         return {"class": self.class_name, "type": self.type.value, "version": self.version}
+
+
+@dataclass(frozen=True, slots=True)
+class TransformPlugin:
+    """A transformation or predicate the data plane offers."""
+
+    class_name: str
+    #: "transformation" or "predicate", as Connect's PluginInfo types them
+    type: str
+    version: str
+    config_def: ConfigDef
+
+    def to_json(self) -> dict[str, str]:
+        return {"class": self.class_name, "type": self.type, "version": self.version}
+
+    def matches(self, name: str) -> bool:
+        simple = self.class_name.rpartition(".")[2]
+        return name in (self.class_name, simple)
+
+
+def _transform_plugins() -> list[TransformPlugin]:
+    """What the data plane's transforms module lists, or nothing if it has no such list."""
+    try:
+        module = importlib.import_module(TRANSFORMS_MODULE)
+    except ImportError:
+        return []
+    listing = getattr(module, "plugins", None)
+    if not callable(listing):
+        return []
+    found = []
+    for plugin in listing():
+        name = getattr(plugin, "class_name", None) or getattr(plugin, "name", None)
+        kind = getattr(plugin, "type", "")
+        kind = str(getattr(kind, "value", kind))
+        config_def = getattr(plugin, "config_def", None)
+        if callable(config_def):
+            config_def = config_def()
+        if not isinstance(name, str) or not isinstance(config_def, ConfigDef):
+            log.warning("Skipping transform plugin %r: it has no class name or ConfigDef", plugin)
+            continue
+        version = str(getattr(plugin, "version", None) or UNDEFINED_VERSION)
+        found.append(TransformPlugin(name, kind, version, config_def))
+    return sorted(found, key=lambda p: p.class_name)
 
 
 class Plugins:
@@ -119,6 +183,86 @@ class Plugins:
             raise HerderError(
                 f"Failed to create an instance of connector {class_name(klass)}: {exc}"
             ) from exc
+
+    def transform_plugins(self) -> list[TransformPlugin]:
+        """The transformations and predicates the data plane offers, by class name."""
+        return _transform_plugins()
+
+    def all_plugins(self, *, connectors_only: bool) -> list[dict[str, str]]:
+        """``GET /connector-plugins``: connectors, then (unless connectors only) the rest."""
+        out = [p.to_json() for p in self.connector_plugins()]
+        if not connectors_only:
+            out += [p.to_json() for p in self.transform_plugins()]
+        return out
+
+    def plugin_config(self, name: str) -> ConfigDef:
+        """The ConfigDef of the connector, transformation or predicate ``name`` names."""
+        for plugin in self.transform_plugins():
+            if plugin.matches(name):
+                return plugin.config_def
+        try:
+            self.connector_class(name)
+        except ConfigError:
+            raise UnknownPlugin(f"Unknown plugin {name}.") from None
+        return self.new_connector(name).config_def()
+
+    def enrich(
+        self, base: ConfigDef, config: Mapping[str, str], values: dict[str, ConfigValue]
+    ) -> ConfigDef:
+        """``base`` plus each transform's and predicate's keys; their values go in ``values``.
+
+        As Connect's ``ConnectorConfig.enrich``: every alias listed in ``transforms`` (or
+        ``predicates``) gets a ``<prefix><alias>.type`` naming its class and that class's
+        keys under ``<prefix><alias>.``, in a group of its own.
+        """
+        enriched = ConfigDef(base.keys.values())
+        available = self.transform_plugins()
+        for list_key, prefix, kind, title in (
+            ("transforms", "transforms.", "transformation", "Transforms"),
+            ("predicates", "predicates.", "predicate", "Predicates"),
+        ):
+            listed = values.get(list_key)
+            aliases = (listed.value or []) if listed is not None else []
+            for alias in aliases:
+                group = f"{title}: {alias}"
+                alias_prefix = f"{prefix}{alias}."
+                type_key = f"{alias_prefix}type"
+                enriched.define(
+                    type_key,
+                    Type.STRING,
+                    importance=Importance.HIGH,
+                    documentation=f"Class for the '{alias}' {kind}.",
+                    group=group,
+                    order_in_group=0,
+                    display_name=f"{kind.capitalize()} type for {alias}",
+                )
+                class_name_ = config.get(type_key, "")
+                type_value = ConfigValue(type_key, class_name_ or None)
+                values[type_key] = type_value
+                if not class_name_:
+                    type_value.errors.append(
+                        f'Missing required configuration "{type_key}" which has no default value.'
+                    )
+                    continue
+                plugin = next(
+                    (p for p in available if p.type == kind and p.matches(class_name_)), None
+                )
+                if plugin is None:
+                    type_value.errors.append(
+                        f"Invalid value {class_name_} for configuration {type_key}: "
+                        f"Class {class_name_} could not be found."
+                    )
+                    continue
+                child = {
+                    k.removeprefix(alias_prefix): v
+                    for k, v in config.items()
+                    if k.startswith(alias_prefix)
+                }
+                enriched.embed(alias_prefix, group, 1, plugin.config_def)
+                for name, value in plugin.config_def.validate(child).items():
+                    value.name = alias_prefix + name
+                    values[value.name] = value
+        return enriched
 
     def connector_plugins(self) -> list[PluginInfo]:
         """Every known connector, sorted by class name, with its type and version."""

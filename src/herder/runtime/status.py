@@ -11,6 +11,12 @@ matter who wrote it last.
 Records, as in Kafka Connect: key ``status-connector-<name>`` or
 ``status-task-<name>-<n>``, value ``{"state", "trace", "worker_id", "generation"}`` as
 JSON; a DESTROYED status is written as a null value (tombstone).
+
+The same log tracks each connector's *active topics* (``GET /connectors/<name>/topics``):
+key ``status-topic-<topic>:connector-<name>``, value
+``{"topic": {"name", "connector", "task", "discoverTimestamp"}}``, written the first time
+one of the connector's tasks uses the topic and tombstoned when the user resets them or
+deletes the connector. Generations play no part there: a topic once used stays used.
 """
 
 from __future__ import annotations
@@ -29,14 +35,18 @@ __all__ = [
     "Status",
     "StatusView",
     "TaskStatus",
+    "TopicStatus",
     "decode_status",
     "status_record",
+    "topic_status_record",
 ]
 
 log = logging.getLogger(__name__)
 
 _CONNECTOR = "status-connector-"
 _TASK = "status-task-"
+_TOPIC = "status-topic-"
+_TOPIC_CONNECTOR = ":connector-"
 
 
 class State(StrEnum):
@@ -88,6 +98,50 @@ class TaskStatus:
 Status = ConnectorStatus | TaskStatus
 
 
+@dataclass(frozen=True, slots=True)
+class TopicStatus:
+    """A topic one of ``connector``'s tasks used, first seen by ``task`` at ``discovered_ms``."""
+
+    topic: str
+    connector: str
+    task: int
+    discovered_ms: int
+
+    @property
+    def key(self) -> str:
+        return topic_status_key(self.topic, self.connector)
+
+
+def topic_status_key(topic: str, connector: str) -> str:
+    """The ``_status`` key of ``connector``'s use of ``topic``."""
+    return f"{_TOPIC}{topic}{_TOPIC_CONNECTOR}{connector}"
+
+
+def topic_status_record(status: TopicStatus) -> tuple[str, bytes]:
+    """The ``_status`` record that says ``status.connector`` uses ``status.topic``."""
+    value = {
+        "topic": {
+            "name": status.topic,
+            "connector": status.connector,
+            "task": f"{status.connector}-{status.task}",
+            "discoverTimestamp": status.discovered_ms,
+        }
+    }
+    return status.key, json.dumps(value, separators=(",", ":")).encode()
+
+
+def _decode_topic_status(key: str, value: bytes) -> TopicStatus:
+    body: Any = json.loads(value)["topic"]
+    topic, connector, task = body["name"], body["connector"], body["task"]
+    if key != topic_status_key(topic, connector):
+        raise ValueError(f"topic status {key!r} names {topic!r} of {connector!r}")
+    index = task.rpartition("-")[2]
+    discovered = body.get("discoverTimestamp", 0)
+    if not index.isdigit() or not isinstance(discovered, int):
+        raise ValueError(f"malformed task {task!r} or timestamp {discovered!r}")
+    return TopicStatus(topic, connector, int(index), discovered)
+
+
 def status_record(status: Status) -> tuple[str, bytes | None]:
     """The ``_status`` record (key, value) that publishes ``status``."""
     if status.state is State.DESTROYED:
@@ -135,6 +189,7 @@ class StatusView:
     def __init__(self) -> None:
         self._connectors: dict[str, ConnectorStatus] = {}
         self._tasks: dict[ConnectorTaskId, TaskStatus] = {}
+        self._topics: dict[str, TopicStatus] = {}
 
     def apply(self, key: str, value: bytes | None) -> bool:
         """Apply one ``_status`` record; returns whether the view changed.
@@ -143,6 +198,8 @@ class StatusView:
         the current one unless that was written in a newer generation. Records that are
         not statuses are logged and skipped: they are in the log and cannot be undone.
         """
+        if key.startswith(_TOPIC):
+            return self._apply_topic(key, value)
         if value is None:
             return self._delete(key)
         try:
@@ -198,6 +255,26 @@ class StatusView:
     def connectors(self) -> list[str]:
         """Names of connectors with a status, sorted."""
         return sorted(self._connectors)
+
+    def topics(self, connector: str) -> list[TopicStatus]:
+        """The active topics of ``connector``, by topic name."""
+        found = (t for t in self._topics.values() if t.connector == connector)
+        return sorted(found, key=lambda t: t.topic)
+
+    def topic(self, connector: str, topic: str) -> TopicStatus | None:
+        return self._topics.get(topic_status_key(topic, connector))
+
+    def _apply_topic(self, key: str, value: bytes | None) -> bool:
+        if value is None:
+            return self._topics.pop(key, None) is not None
+        try:
+            status = _decode_topic_status(key, value)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.error("Skipping malformed topic status record %r: %s", key, exc)
+            return False
+        changed = self._topics.get(key) != status
+        self._topics[key] = status
+        return changed
 
     def _delete(self, key: str) -> bool:
         if key.startswith(_CONNECTOR):

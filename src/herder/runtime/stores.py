@@ -21,11 +21,18 @@ from herder.ensemble.tailer import LogTailer
 from herder.ensemble.txn import Append, Op, Record
 from herder.runtime.config_state import (
     ClusterConfigSnapshot,
+    ConfigCommand,
     ConfigRecord,
     ConfigState,
-    RestartRequest,
 )
-from herder.runtime.status import Status, StatusView, status_record
+from herder.runtime.status import (
+    Status,
+    StatusView,
+    TopicStatus,
+    status_record,
+    topic_status_key,
+    topic_status_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +76,13 @@ class _CompactedLogStore(ABC):
 
 
 class ConfigStore(_CompactedLogStore):
-    """``_configs``: connector and task configs, target states, restart requests."""
+    """``_configs``: connector and task configs, target states, and commands.
+
+    Commands (restart requests, cluster logger levels) are handed to ``on_command`` only
+    once the store has read the log to its end at start: the ones already in the log
+    were carried out when they were written, and replaying them on every start would
+    restart connectors or change log levels nobody asked for (Connect ignores them too).
+    """
 
     def __init__(
         self,
@@ -77,12 +90,17 @@ class ConfigStore(_CompactedLogStore):
         log_name: str = DEFAULT_CONFIG_LOG,
         *,
         on_update: Callable[[ClusterConfigSnapshot], None] | None = None,
-        on_restart: Callable[[RestartRequest], None] | None = None,
+        on_command: Callable[[ConfigCommand], None] | None = None,
     ) -> None:
         super().__init__(client, log_name)
         self.state = ConfigState()
         self.on_update = on_update
-        self.on_restart = on_restart
+        self.on_command = on_command
+        self._started = False
+
+    async def start(self) -> None:
+        await super().start()
+        self._started = True
 
     def snapshot(self) -> ClusterConfigSnapshot:
         return self.state.snapshot()
@@ -93,9 +111,9 @@ class ConfigStore(_CompactedLogStore):
                 "%s: ignoring a record without a key at offset %d", self.log_name, record.offset
             )
             return
-        restart = self.state.apply(record.offset, record.key.decode(), record.value)
-        if restart is not None and self.on_restart is not None:
-            self.on_restart(restart)
+        command = self.state.apply(record.offset, record.key.decode(), record.value)
+        if command is not None and self._started and self.on_command is not None:
+            self.on_command(command)
         if self.on_update is not None:
             self.on_update(self.state.snapshot())
 
@@ -180,3 +198,22 @@ class StatusStore(_CompactedLogStore):
         key, value = status_record(status)
         await self._write([(key, value)])
         self.view.apply(key, value)
+
+    async def put_topic(self, status: TopicStatus) -> None:
+        """Record that ``status.connector`` uses ``status.topic`` (once is enough)."""
+        if self.view.topic(status.connector, status.topic) is not None:
+            return
+        key, value = topic_status_record(status)
+        await self._write([(key, value)])
+        self.view.apply(key, value)
+
+    async def delete_topics(self, connector: str) -> list[str]:
+        """Forget every active topic of ``connector``; returns the topics forgotten."""
+        await self.read_to_end()
+        topics = [t.topic for t in self.view.topics(connector)]
+        if topics:
+            records = [(topic_status_key(t, connector), None) for t in topics]
+            await self._write(records)
+            for key, _ in records:
+                self.view.apply(key, None)
+        return topics

@@ -7,7 +7,10 @@ with the worker's generation, so a status written by a worker that has since los
 the work can never overwrite its new owner's.
 
 How a task moves data is not the worker's business: a :class:`TaskExecution`, made by
-the data plane, runs in a thread until it is told to stop.
+the data plane, runs in a thread until it is told to stop. The worker does watch what a
+task hands over, to record the connector's *active topics* in ``_status`` as Connect
+does: the topic of every record or batch a source task's ``poll`` returns, and the
+topics of the partitions a sink task is ``open``-ed for.
 """
 
 from __future__ import annotations
@@ -15,17 +18,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from herder.connect import Connector, ConnectorContext, Task
+from herder.connect import (
+    Connector,
+    ConnectorContext,
+    SinkTask,
+    SourceBatch,
+    SourceTask,
+    Task,
+    TopicPartition,
+)
 from herder.runtime.config_state import TargetState
 from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import ConnectorTaskId
-from herder.runtime.status import ConnectorStatus, State, TaskStatus
+from herder.runtime.status import ConnectorStatus, State, TaskStatus, TopicStatus
 from herder.runtime.stores import StatusStore
 
 log = logging.getLogger(__name__)
@@ -89,12 +101,14 @@ class Worker:
         *,
         threads: int = 16,
         task_shutdown_timeout_ms: int = 5_000,
+        topic_tracking: bool = True,
     ) -> None:
         self.worker_id = worker_id
         self.plugins = plugins
         self.statuses = statuses
         self.execution_factory = execution_factory
         self.task_shutdown_timeout_ms = task_shutdown_timeout_ms
+        self.topic_tracking = topic_tracking
         self.generation = -1
         #: called (on the loop) when a connector asks for its tasks to be reconfigured
         self.on_task_reconfiguration: Callable[[str], None] = lambda name: None
@@ -165,6 +179,15 @@ class Worker:
             )
         log.info("connector %s stopped on %s", name, self.worker_id)
 
+    async def publish_restarting(self, instance: str | ConnectorTaskId) -> None:
+        """Tell everyone ``instance`` (a connector name or a task) is about to restart."""
+        status: ConnectorStatus | TaskStatus
+        if isinstance(instance, str):
+            status = ConnectorStatus(instance, State.RESTARTING, self.worker_id, self.generation)
+        else:
+            status = TaskStatus(instance, State.RESTARTING, self.worker_id, self.generation)
+        await self._publish(status)
+
     async def set_connector_target(self, name: str, target: TargetState) -> None:
         running = self._connectors.get(name)
         if running is None or running.target is target:
@@ -221,6 +244,8 @@ class Worker:
         except Exception as exc:
             await self._task_failed(task_id, exc)
             return False
+        if self.topic_tracking:
+            self._track_topics(task_id, task)
         running = _RunningTask(task_id, task)
         if target is not TargetState.STARTED:
             running.paused.set()
@@ -274,6 +299,55 @@ class Worker:
         await self._publish(
             TaskStatus(task_id, State.FAILED, self.worker_id, self.generation, _trace(exc))
         )
+
+    # -- active topics ------------------------------------------------------------------
+
+    def _track_topics(self, task_id: ConnectorTaskId, task: Task) -> None:
+        """Watch ``task`` hand over records, recording each new topic it uses."""
+        seen: set[str] = set()
+
+        def used(topics: Collection[str]) -> None:
+            new = {t for t in topics if t not in seen}
+            if new:
+                seen.update(new)
+                self._call_soon(self._record_topics, task_id, sorted(new))
+
+        if isinstance(task, SourceTask):
+            poll = task.poll
+
+            def tracked_poll() -> object:
+                polled = poll()
+                if isinstance(polled, SourceBatch):
+                    if polled.topic:
+                        used([polled.topic])
+                elif polled:
+                    used({record.topic for record in polled})
+                return polled
+
+            task.poll = tracked_poll  # type: ignore[method-assign,assignment]
+        elif isinstance(task, SinkTask):
+            open_partitions = task.open
+
+            def tracked_open(partitions: Collection[TopicPartition]) -> None:
+                open_partitions(partitions)
+                used({p.topic for p in partitions})
+
+            task.open = tracked_open  # type: ignore[method-assign]
+
+    def _record_topics(self, task_id: ConnectorTaskId, topics: list[str]) -> None:
+        async def record() -> None:
+            now = int(time.time() * 1000)
+            for topic in topics:
+                try:
+                    await self.statuses.put_topic(
+                        TopicStatus(topic, task_id.connector, task_id.task, now)
+                    )
+                except Exception:
+                    log.exception("could not record topic %s of task %s", topic, task_id)
+
+        task = asyncio.ensure_future(record())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def stop_all(self) -> None:
         await self.stop_tasks(list(self._tasks))

@@ -68,6 +68,15 @@ WORKER_CONFIG = (
             documentation="The worker group protocol; only eager is supported.")
     .define("storage.root", Type.STRING, default="", importance=Importance.HIGH,
             documentation="Where topic data lives: a local path or a Hadoop filesystem URI.")
+    .define("topic.tracking.enable", Type.BOOLEAN, default=True, importance=Importance.LOW,
+            documentation="Record the topics each connector uses (GET /connectors/{c}/topics).")
+    .define("topic.tracking.allow.reset", Type.BOOLEAN, default=True,
+            importance=Importance.LOW,
+            documentation="Allow PUT /connectors/{c}/topics/reset to forget them.")
+    .define("rest.request.timeout.ms", Type.INT, default=90_000, validator=Range.at_least(1),
+            importance=Importance.LOW,
+            documentation="How long a REST request may take before it answers 500 (herder's "
+                          "name; Connect fixes it at 90 s).")
 )  # fmt: skip
 
 
@@ -90,6 +99,9 @@ class WorkerConfig:
     status_log: str
     storage_root: str
     originals: dict[str, str]
+    topic_tracking: bool = True
+    topic_tracking_allow_reset: bool = True
+    rest_request_timeout_ms: int = 90_000
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> WorkerConfig:
@@ -119,6 +131,9 @@ class WorkerConfig:
             status_log=v["status.storage.topic"],
             storage_root=v["storage.root"],
             originals={str(k): str(val) for k, val in props.items()},
+            topic_tracking=v["topic.tracking.enable"],
+            topic_tracking_allow_reset=v["topic.tracking.allow.reset"],
+            rest_request_timeout_ms=v["rest.request.timeout.ms"],
         )
 
     def advertised_url(self, bound_port: int) -> str:

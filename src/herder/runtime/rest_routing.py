@@ -1,0 +1,155 @@
+"""Where a REST request is carried out: here, at the leader, or at the worker running the work.
+
+Connect's rules, kept so its clients and mixed clusters behave the same:
+
+* A request the leader must handle (any change to ``_configs``) or the worker running a
+  connector or task must handle (a plain restart) raises :class:`WrongWorker` elsewhere,
+  naming the right worker's URL; the request is forwarded there with ``?forward=true``,
+  which that worker may forward once more with ``?forward=false`` (the leader handing a
+  restart on to the owner), and no further: at most two hops.
+* While no leader or owner is known (a rebalance is under way) the worker waits and
+  tries again instead of failing at once, so a user's write during a rebalance succeeds
+  once it ends; only after ``LEADER_WAIT_S`` does it answer 409.
+* A request that cannot finish within the request timeout (90 s, as Connect) answers 500
+  naming what the worker was doing meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import httpx
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from herder.errors import ConfigError, HerderError, RebalanceInProgress, ServerStopping
+from herder.runtime.herder import AlreadyExists, DistributedHerder, NotFound, WrongWorker
+from herder.runtime.loggers import UnknownLevel
+from herder.runtime.plugins import UnknownPlugin
+
+__all__ = ["Conflict", "Forbidden", "RequestRouter", "error_response", "status_of"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: how long a request waits for a leader (or owner) to be known before answering 409
+LEADER_WAIT_S = 30.0
+RETRY_INTERVAL_S = 0.25
+FORWARD = "forward"
+
+
+class Conflict(HerderError):
+    """REST 409: the request cannot be carried out now (a rebalance, or a lost race)."""
+
+
+class Forbidden(HerderError):
+    """REST 403: the worker is configured not to allow this."""
+
+
+def status_of(exc: HerderError) -> int:
+    if isinstance(exc, (NotFound, UnknownPlugin, UnknownLevel)):
+        return 404
+    if isinstance(exc, (AlreadyExists, Conflict, WrongWorker, RebalanceInProgress)):
+        return 409
+    if isinstance(exc, ConfigError):
+        return 400
+    if isinstance(exc, Forbidden):
+        return 403
+    if isinstance(exc, ServerStopping):
+        return 503
+    return 500
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    """Connect's ErrorMessage body."""
+    return JSONResponse(status_code=status, content={"error_code": status, "message": message})
+
+
+def _forward_flag(request: Request) -> bool | None:
+    raw = request.query_params.get(FORWARD)
+    if raw is None:
+        return None
+    return raw.strip().lower() != "false"
+
+
+class RequestRouter:
+    """Runs requests on this worker or forwards them, with Connect's retries and limits."""
+
+    def __init__(self, herder: DistributedHerder) -> None:
+        self.herder = herder
+        self.timeout_s = herder.config.rest_request_timeout_ms / 1000
+        self.http = httpx.AsyncClient(timeout=self.timeout_s)
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def within_timeout(self, work: Awaitable[T]) -> T:
+        """``work``, or a 500 naming what the worker is busy with if it takes too long."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await work
+        except TimeoutError:
+            activity = self.herder.current_activity()
+            log.warning("a REST request timed out; the worker is %s", activity)
+            raise HerderError(f"Request timed out. The worker is currently {activity}") from None
+
+    async def route(self, request: Request, action: Callable[[], Awaitable[T]]) -> T | Response:
+        """Run ``action`` here, or forward ``request`` to the worker it belongs to."""
+        return await self.within_timeout(self._route(request, action))
+
+    async def _route(self, request: Request, action: Callable[[], Awaitable[T]]) -> T | Response:
+        forward = _forward_flag(request)
+        deadline = time.monotonic() + LEADER_WAIT_S
+        while True:
+            try:
+                return await action()
+            except (WrongWorker, RebalanceInProgress) as exc:
+                target = exc.target_url if isinstance(exc, WrongWorker) else None
+                if target and target != self.herder.url:
+                    if forward is False:
+                        raise Conflict(
+                            "Cannot complete request because of a conflicting operation "
+                            "(e.g. worker rebalance)"
+                        ) from None
+                    reply = await self._forward(request, target, again=forward is None)
+                    if reply is not None:
+                        return reply
+                    # that worker is gone (the group will notice): as if none were known
+                if time.monotonic() >= deadline:
+                    raise Conflict(
+                        "Cannot complete request momentarily due to no known leader URL, "
+                        "likely because a rebalance was underway."
+                    ) from None
+                await asyncio.sleep(RETRY_INTERVAL_S)
+
+    async def _forward(self, request: Request, target: str, *, again: bool) -> Response | None:
+        """The target's reply; None if it could not be reached, so nothing was sent."""
+        params: list[tuple[str, str | int | float | bool | None]] = [
+            (k, v) for k, v in request.query_params.multi_items() if k != FORWARD
+        ]
+        params.append((FORWARD, "true" if again else "false"))
+        url = f"{target.rstrip('/')}{request.url.path}"
+        log.debug("forwarding %s %s to %s", request.method, request.url.path, target)
+        try:
+            reply = await self.http.request(
+                request.method,
+                url,
+                params=params,
+                content=await request.body(),
+                headers={"content-type": "application/json"},
+            )
+        except httpx.ConnectError as exc:
+            log.info("could not reach %s to forward a request (%s); retrying", target, exc)
+            return None
+        except httpx.HTTPError as exc:
+            raise Conflict(f"could not forward the request to {target}: {exc!r}") from None
+        return Response(
+            content=reply.content,
+            status_code=reply.status_code,
+            media_type=reply.headers.get("content-type"),
+        )
