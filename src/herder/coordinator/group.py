@@ -326,6 +326,8 @@ class Group:
             for stored in record.members:
                 member = Member.from_record(stored, record.protocol_type, record.protocol)
                 group._members[member.member_id] = member
+                # what a stored member speaks is the group's protocol: a newcomer must too
+                group._protocol_support.update(set(member.protocol_names))
             group.leader_id = record.leader if record.leader in group._members else None
             if group.leader_id is None:
                 group.leader_id = next(iter(group._members))

@@ -148,6 +148,21 @@ def test_a_stored_group_comes_back_stable_with_its_assignments() -> None:
     assert loaded.describe().members[1].metadata == b"b:range"
 
 
+def test_a_stored_group_admits_a_new_member_speaking_its_protocol() -> None:
+    group = group_in(P)
+    group.add(member("a", "range"))
+    group.park_join(group.get("a"), lambda response: None)
+    group.init_next_generation(0)
+    loaded = Group.from_record(group.to_record({"a": b"A"}, 42))
+    assert loaded.candidate_protocols() == {"range"}
+    assert loaded.supports_protocols("consumer", ["sticky", "range"])
+    assert not loaded.supports_protocols("consumer", ["sticky"])
+    loaded.add(member("b", "range"))
+    assert loaded.select_protocol() == "range"
+    loaded.remove("a")
+    assert loaded.candidate_protocols() == {"range"}
+
+
 def test_describe_shows_metadata_and_assignments_only_when_stable() -> None:
     group = group_in(P)
     group.add(member("a", "range"))
