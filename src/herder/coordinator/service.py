@@ -23,6 +23,7 @@ from typing import Any
 from herder.coordinator import apis
 from herder.coordinator.config import CoordinatorConfig
 from herder.coordinator.coordinator import GroupCoordinator
+from herder.coordinator.messages import JoinGroupRequest
 from herder.coordinator.offsets import TopicPartition
 from herder.coordinator.records import (
     FENCING_LOG,
@@ -40,7 +41,7 @@ from herder.coordinator.records import (
 from herder.coordinator.store import StoreCallback
 from herder.ensemble.services import ServiceHost
 from herder.ensemble.txn import Append, CreateLog, Op
-from herder.errors import ErrorCode, HerderError
+from herder.errors import ErrorCode, HerderError, InvalidSessionTimeout
 from herder.wire import RequestContext
 
 log = logging.getLogger(__name__)
@@ -185,7 +186,9 @@ class CoordinatorService:
         return apis.FindCoordinatorResponse(node_id=node_id, host=host, port=int(port))
 
     async def _serve(self, req: Any, ctx: RequestContext) -> Any:
-        assert self.coordinator is not None
+        assert self.coordinator is not None and self._host is not None
+        if isinstance(req, JoinGroupRequest):
+            self._check_session_timeout(req.session_timeout_ms)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         def respond(response: Any) -> None:
@@ -195,6 +198,19 @@ class CoordinatorService:
         self.coordinator.handle(req, _now_ms(), respond)
         self._reschedule()
         return await future
+
+    def _check_session_timeout(self, timeout_ms: int) -> None:
+        """A member's session must outlast a move of the coordinator to a new leader."""
+        assert self._host is not None
+        change = self._host.leader_change_ms
+        if change and timeout_ms <= change:
+            raise InvalidSessionTimeout(
+                f"session timeout {timeout_ms} ms is not above the {change} ms a leader change"
+                " of this ensemble can take (syncLimit x tickTime, plus the election): while"
+                " the coordinator moves, members could not heartbeat and would be expired."
+                f" Ask for more than {change} ms, or run the ensemble with a smaller"
+                " syncLimit or tickTime"
+            )
 
     # -- time -----------------------------------------------------------------------
 

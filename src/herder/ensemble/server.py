@@ -65,6 +65,8 @@ log = logging.getLogger(__name__)
 
 #: the longest a long poll may park on the server
 MAX_WAIT_MS = 60_000
+#: what an election adds to a leader change: its final wait, and a margin for the rest
+ELECTION_MS = 400
 
 
 def _now_ms() -> int:
@@ -380,6 +382,13 @@ class EnsembleServer:
         if self.pipeline is None or self._stopped.is_set():
             return False
         return self.replica is None or self.replica.leading
+
+    @property
+    def leader_change_ms(self) -> int:
+        cfg = self.config
+        if cfg.standalone:
+            return 0
+        return cfg.sync_limit * cfg.tick_time_ms + ELECTION_MS
 
     def leader_client_address(self) -> tuple[int, str] | None:
         if self._stopped.is_set() or self.pipeline is None:

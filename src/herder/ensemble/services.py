@@ -36,6 +36,15 @@ class ServiceHost(Protocol):
     @property
     def is_leader(self) -> bool: ...
 
+    @property
+    def leader_change_ms(self) -> int:
+        """The longest a leader change can leave the ensemble without a leader (0: never).
+
+        A paused or cut-off leader is noticed after ``syncLimit`` x ``tickTime``, and an
+        election follows; a standalone server has no leader change.
+        """
+        ...
+
     def leader_client_address(self) -> tuple[int, str] | None:
         """(server id, host:port) of the current leader's client port, if one is known."""
         ...
