@@ -35,6 +35,7 @@ class ErrorCode(IntEnum):
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     NON_EMPTY_GROUP = 68
+    INVALID_RECORD = 87  # a record failed conversion or a transform
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81

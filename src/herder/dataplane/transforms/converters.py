@@ -1,0 +1,114 @@
+"""Converters: a record's stored bytes as the variant transforms see, and back.
+
+Topics hold keys and values as bytes. When a chain has a transform that looks inside
+the key or the value, that part is converted first, with Connect's converter names
+(``key.converter`` / ``value.converter`` of the connector config):
+
+* ``org.apache.kafka.connect.json.JsonConverter`` (the default): the bytes are JSON,
+  schemaless (``schemas.enable=true``, Connect's envelope of schema and payload, is not
+  supported); bytes that are not JSON fail the record at stage ``*_CONVERTER``;
+* ``org.apache.kafka.connect.storage.StringConverter``: the bytes are UTF-8 text, a
+  string; a string goes back as its text, anything else as JSON;
+* ``org.apache.kafka.connect.converters.ByteArrayConverter``: the bytes as they are;
+  bytes go back as they are, a string as its UTF-8 text, anything else as JSON.
+
+A part no transform looks into is never converted: its bytes pass through untouched.
+Objects come back as JSON with their fields in name order (variants keep them so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from herder.config import ConfigDef, Importance, Type
+from herder.errors import ConfigError, NotSupported
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+JSON: Final = "org.apache.kafka.connect.json.JsonConverter"
+STRING: Final = "org.apache.kafka.connect.storage.StringConverter"
+BYTES: Final = "org.apache.kafka.connect.converters.ByteArrayConverter"
+KINDS: Final = (JSON, STRING, BYTES)
+KEY_CONVERTER: Final = "key.converter"
+VALUE_CONVERTER: Final = "value.converter"
+
+
+def converter_config_def() -> ConfigDef:
+    """The connector keys choosing the converters transforms see records through."""
+    return (
+        ConfigDef()
+        .define(KEY_CONVERTER, Type.STRING, default=JSON, importance=Importance.LOW,
+                group="Converters", documentation="How keys are read for transforms.")
+        .define(VALUE_CONVERTER, Type.STRING, default=JSON, importance=Importance.LOW,
+                group="Converters", documentation="How values are read for transforms.")
+    )  # fmt: skip
+
+
+def _resolve(setting: str, name: str) -> str:
+    for kind in KINDS:
+        if name in (kind, kind.rsplit(".", 1)[1]):
+            return kind
+    raise ConfigError(
+        f"Invalid value {name} for configuration {setting}: herder's converters are "
+        + ", ".join(KINDS)
+    )
+
+
+@dataclass(frozen=True)
+class Converter:
+    """One of the converters above, for one part (``key`` or ``value``)."""
+
+    kind: str
+    part: str
+
+    @classmethod
+    def from_settings(cls, part: str, settings: Mapping[str, Any]) -> Converter:
+        setting = f"{part}.converter"
+        kind = _resolve(setting, str(settings.get(setting) or JSON).strip())
+        schemas = str(settings.get(f"{setting}.schemas.enable", "false")).strip().lower()
+        if kind == JSON and schemas == "true":
+            raise NotSupported(
+                f"{setting}.schemas.enable=true is not supported: herder's JsonConverter "
+                "reads and writes schemaless JSON; set it to false"
+            )
+        return cls(kind, part)
+
+    @property
+    def stage(self) -> str:
+        """Connect's stage name for a failure of this converter."""
+        return f"{self.part.upper()}_CONVERTER"
+
+    def parse(self, raw: Column) -> tuple[Column, Column | None]:
+        """The variant of ``raw`` bytes, and the failure message where they do not convert."""
+        from pyspark.sql import functions as F
+
+        if self.kind == JSON:
+            parsed = F.try_parse_json(raw.cast("string"))
+            failure = F.when(
+                raw.isNotNull() & parsed.isNull(),
+                F.lit(f"Converting byte[] to the record's {self.part} failed: not valid JSON"),
+            )
+            return parsed, failure
+        if self.kind == STRING:
+            return raw.cast("string").cast("variant"), None
+        return raw.cast("variant"), None
+
+    def serialize(self, variant: Column) -> Column:
+        """The bytes that store ``variant``."""
+        from pyspark.sql import functions as F
+
+        as_json = F.to_json(variant).cast("binary")
+        if self.kind == JSON:
+            return as_json
+        kind = F.schema_of_variant(variant)
+        as_text = F.try_variant_get(variant, "$", "string").cast("binary")
+        if self.kind == STRING:
+            return F.when(kind == "STRING", as_text).otherwise(as_json)
+        return (
+            F.when(kind == "BINARY", F.try_variant_get(variant, "$", "binary"))
+            .when(kind == "STRING", as_text)
+            .otherwise(as_json)
+        )
