@@ -53,6 +53,8 @@ COMMAND_GROUPS: list[tuple[str, str]] = [
     ("herder.cli.groups", "groups"),
     ("herder.cli.verifiable", "verifiable"),
     ("herder.cli.topics", "topics"),
+    ("herder.cli.standalone", "standalone"),
+    ("herder.cli.connectors", "connectors"),
 ]
 
 
