@@ -144,6 +144,33 @@ class Service:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def log_size(self) -> int:
+        """How many bytes its log has now: where the next run of the same service starts."""
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def log_since(self, offset: int) -> str:
+        """What its log gained after ``offset`` (from :meth:`log_size`)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def kill(self) -> int | None:
+        """SIGKILL at once (a crash, not a shutdown) and reap it; return the exit status."""
+        try:
+            if self.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+                self.popen.wait(timeout=10)
+        finally:
+            self._log.close()
+        return self.popen.returncode
+
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM, wait up to ``timeout`` s, then SIGKILL; return the exit status."""
         try:
@@ -350,6 +377,21 @@ class MachineCpu:
 
 
 # -- figures -----------------------------------------------------------------------------
+
+
+def spread(values: Sequence[float], digits: int = 3) -> dict[str, float | int]:
+    """Min, median and max of a few repeated measurements (e.g. five failovers)."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {
+        "count": len(ordered),
+        "min": round(ordered[0], digits),
+        "median": round(median, digits),
+        "max": round(ordered[-1], digits),
+    }
 
 
 def percentile(sorted_samples: Sequence[float], pct: float) -> float:
