@@ -46,6 +46,7 @@ from herder.dataplane.fencing import connector_fence_id, current_epoch, task_fen
 from herder.dataplane.spark import spark_runtime
 from herder.dataplane.storage import Storage
 from herder.dataplane.topics import Topics, TxnRefused
+from herder.dataplane.transforms.pipeline import RecordPipeline, validate_record_handling
 from herder.dataplane.writer import SegmentWriter
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.txn import Append, CheckKeyValue, Op
@@ -123,6 +124,11 @@ class TaskExecutions:
             except Exception:
                 log.exception("retention pass failed; retrying at the next interval")
 
+    def validate_config(self, config: Mapping[str, str]) -> list[str]:
+        """Problems with a connector config's transforms and errors.* keys, for the herder
+        to refuse before the config is stored."""
+        return validate_record_handling(config)
+
     def _warm_up(self) -> None:
         try:
             self.spark.start()
@@ -176,6 +182,16 @@ class _Execution(ABC):
             runtime.storage,
             spark=runtime.spark,
             default_partitions=_int(settings, TOPIC_CREATION_PARTITIONS, 1),
+        )
+        # transforms and errors.* handling between poll and write, read and put
+        self.pipeline = RecordPipeline(
+            settings,
+            connector=task_id.connector,
+            task=task_id.task,
+            topics=self.topics,
+            spark=runtime.spark,
+            bootstrap=runtime.config.bootstrap,
+            pool=self.name,
         )
 
     def run(self, stopping: threading.Event, paused: threading.Event) -> None:
@@ -269,10 +285,8 @@ class SourceExecution(_Execution):
                     Append(BATCHES_LOG, batch_key, marker),
                     *offsets.records(connector, _latest_offsets(batch)),
                 ]
-                data = batch.data if isinstance(batch, SourceBatch) else batch
-                staged = await writer.stage(
-                    data, batch.topic if isinstance(batch, SourceBatch) else None
-                )
+                data, topic = await self.pipeline.before_write(batch)
+                staged = await writer.stage(data, topic)
                 try:
                     await self.topics.commit(staged, ops)
                 except TxnRefused as exc:
@@ -320,7 +334,7 @@ class SourceExecution(_Execution):
         records: list[SourceRecord] = []
         deadline = time.monotonic() + max_ms / 1000
         while not stopping.is_set() and not paused.is_set():
-            polled = await asyncio.to_thread(self.task.poll)
+            polled = await self.pipeline.poll(self.task.poll)
             if isinstance(polled, SourceBatch):
                 if records:
                     raise HerderError(f"task {self.name} mixed SourceRecords and a SourceBatch")
@@ -533,6 +547,7 @@ class SinkExecution(_Execution):
             return False
         for topic, ranges in by_topic.items():
             df = await self.topics.read(topic, ranges, ordered=True, pool=self.name)
+            df = await self.pipeline.before_put(df)
             try:
                 await asyncio.to_thread(self.task.put, df)
             except RetriableError as exc:

@@ -47,6 +47,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HEADERS_DDL = "array<struct<key:string,value:binary>>"
+#: A column a SourceBatch DataFrame may add to SOURCE_BATCH_COLUMNS: each row's number in
+#: the batch, 0 to n - 1, for sources that know it when they plan (a file's lines read by
+#: byte ranges). With a batch topic and no topic, partition or key column, the rows are
+#: staged to one partition with these numbers, without the shuffle that numbering costs.
+SEQ = "seq"
 #: Records one Spark task writes when a batch of SourceRecords is staged.
 ROWS_PER_WRITE_TASK = 100_000
 
@@ -125,12 +130,17 @@ class SegmentWriter:
         columns = set(df.columns)
         if "value" not in columns:
             raise ConfigError("a SourceBatch DataFrame needs a value column")
-        unknown = sorted(columns - set(SOURCE_BATCH_COLUMNS))
+        unknown = sorted(columns - {*SOURCE_BATCH_COLUMNS, SEQ})
         if unknown:
             raise ConfigError(
                 f"a SourceBatch DataFrame has no use for column {unknown[0]!r} "
                 f"(its columns are {', '.join(SOURCE_BATCH_COLUMNS)})"
             )
+        if SEQ in columns:
+            if topic is not None and not columns & {"topic", "partition", "key"}:
+                return await self._stage_sequenced(df, topic)
+            df = df.drop(SEQ)
+            columns.discard(SEQ)
         if topic is not None:
             names = {topic}
         elif "topic" in columns:
@@ -148,6 +158,53 @@ class SegmentWriter:
 
         def job() -> list[StagedSegment]:
             _write(_sequenced(df, topic, counts, sticky, now), self.storage.uri(path))
+            return _describe(self.storage, path)
+
+        segments = await self.spark.run(job, pool=self.pool)
+        return self._staged_batch(batch, segments, topics)
+
+    async def _stage_sequenced(self, df: DataFrame, topic: str) -> StagedBatch:
+        """Stage rows that already carry ``seq`` (0 to n - 1, each once) without the shuffle
+        that numbering them costs: all of them go to one partition, as keyless rows do.
+
+        Whether ``seq`` does number the rows 0 to n - 1 is checked from the Parquet
+        footers (its least and greatest value against the row count); rows filtered out
+        on the way leave gaps, and then the batch is staged again, numbered by Spark.
+        """
+        topics = await self._resolve({topic})
+        batch = await self._allocate()
+        counts = {topic: topics[topic].partitions}
+        sticky = self._sticky(counts)
+        now = self.topics.clock()
+        path = batch_dir(self.task, self.epoch, batch)
+
+        def job() -> list[StagedSegment]:
+            from pyspark.sql import functions as F
+
+            rows = df.select(
+                F.lit(topic).alias("topic"),
+                F.lit(sticky[topic]).cast("int").alias("partition"),
+                F.lit(None).cast("binary").alias("key"),
+                F.col("value").cast("binary").alias("value"),
+                F.array().cast(HEADERS_DDL).alias("headers"),
+                (
+                    F.coalesce(F.unix_millis(F.col("timestamp")), F.lit(now))
+                    if "timestamp" in df.columns
+                    else F.lit(now)
+                )
+                .cast("long")
+                .alias("timestamp"),
+                F.col(SEQ).cast("long").alias(SEQ),
+            )
+            _write(rows, self.storage.uri(path))
+            segments = _describe(self.storage, path)
+            if all(_numbers_its_rows(self.storage, s) for s in segments):
+                return segments
+            log.info(
+                "task %s: batch %s does not number its rows 0..n-1; renumbering", self.task, path
+            )
+            self.storage.delete_dir(path)
+            _write(_sequenced(df.drop(SEQ), topic, counts, sticky, now), self.storage.uri(path))
             return _describe(self.storage, path)
 
         segments = await self.spark.run(job, pool=self.pool)
@@ -331,6 +388,25 @@ def _describe(storage: Storage, batch: str) -> list[StagedSegment]:
                 )
             )
     return segments
+
+
+def _numbers_its_rows(storage: Storage, segment: StagedSegment) -> bool:
+    """Whether the ``seq`` of ``segment``'s rows runs from 0 to count - 1 (given that no
+    value repeats, which a source that numbers its rows guarantees)."""
+    low, high = None, None
+    for path in segment.files:
+        meta = storage.footer(path)
+        column = meta.schema.names.index(SEQ)
+        for index in range(meta.num_row_groups):
+            group = meta.row_group(index)
+            if group.num_rows == 0:
+                continue
+            stats = group.column(column).statistics
+            if stats is None or not stats.has_min_max:
+                return False
+            low = stats.min if low is None else min(low, stats.min)
+            high = stats.max if high is None else max(high, stats.max)
+    return low == 0 and high == segment.count - 1
 
 
 def _footer_summary(storage: Storage, path: str) -> tuple[int, int]:

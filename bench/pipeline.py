@@ -1,0 +1,528 @@
+"""A whole pipeline on one worker against plain Spark doing the same persisting work.
+
+    python bench/pipeline.py [--records N] [--line-bytes B] [--latency-samples K]
+                             [--latency-rate R] [--driver-memory 2g] [--tmp-dir D] [--pretty]
+                             [--consumer-max-records M] [--keep-work-dir]
+
+The benchmark writes N lines of B bytes (default 2,000,000 of 100) and measures, in one
+run, on 127.0.0.1 with fresh temporary directories:
+
+* **spark**: plain Spark, in a process of its own with the session settings a herder
+  worker uses, persisting the lines the way a pipeline does — ``spark.read.text(in)
+  .write.parquet(mid)``, then ``spark.read.parquet(mid).write.text(out)`` — once to warm
+  up, then ``--spark-runs`` times (default 2); the best run counts.
+* **herder → DirectorySink (text)**: one ensemble server and one worker (``herder
+  worker start``, Spark ``local[*]``); a DirectorySink connector writing text and a
+  FileStreamSource connector are created and RUNNING on an input path that does not
+  exist yet; then the prepared input is renamed into place and the clock runs until
+  the sink's files hold every line (their total size is the input's; renamed into place,
+  a file is never seen half written). The output is then checked to be the input, byte
+  for byte. One untimed run of the same size warms the worker up first.
+  ``ratio`` is herder's records/s over Spark's; the target is at least 0.8.
+* **herder → FileStreamSink**: the same with a FileStreamSink, reported without a
+  target (one file written by one Python process bounds it).
+  ``--consumer-max-records`` sets the sinks' ``consumer.max.records`` (records one
+  delivery reads; by default the runtime's): a delivery reads whole segments, so
+  several deliveries of one big segment read it several times.
+* **latency**: a FileStreamSource → DirectorySink (text) pipeline with default
+  settings; one line is appended at a time, ``--latency-rate`` lines/s at most
+  (default 5), and the time until it is in a sink file is measured, ``--latency-samples``
+  times (default 100): p50, p99, max. The sink's directory is polled every 2 ms.
+
+Each measured step reports the CPU seconds of the worker's process tree (its Python,
+its JVM, Spark's Python workers) and ``other_cpu_pct``: what every other process on
+the machine used meanwhile, in % of one core. Figures go to stdout as one JSON object,
+progress to stderr; every process started is stopped by PID in ``finally`` blocks.
+With the defaults a run takes about five minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the ``bench`` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx
+
+from bench import _procs
+from herder import __version__ as herder_version
+
+TARGET_RATIO = 0.8
+HERDER = [sys.executable, "-m", "herder"]
+
+
+# -- input ----------------------------------------------------------------------------------
+
+
+def write_lines(path: Path, count: int, line_bytes: int, prefix: str = "") -> int:
+    """``count`` numbered lines of ``line_bytes`` bytes (newline included); returns bytes."""
+    filler_len = max(1, line_bytes - len(prefix) - 12)
+    filler = b"x" * filler_len
+    head = prefix.encode()
+    with open(path, "wb") as f:
+        for start in range(0, count, 100_000):
+            stop = min(count, start + 100_000)
+            f.write(b"".join(head + b"%010d " % i + filler + b"\n" for i in range(start, stop)))
+    return path.stat().st_size
+
+
+def sha256_of(paths: Sequence[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda f=f: f.read(1 << 22), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+# -- CPU accounting -------------------------------------------------------------------------
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root`` and every process below it (a worker, its JVM, Spark's Pythons)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            total += _procs.cpu_seconds(pid)
+        except OSError:
+            continue
+        stack.extend(children.get(pid, []))
+    return total
+
+
+class Measured:
+    """Elapsed time, the worker tree's CPU and everything else's CPU over one step."""
+
+    def __init__(self, worker_pid: int | None, server_pid: int | None = None) -> None:
+        self.pids = [p for p in (worker_pid, server_pid) if p is not None]
+
+    def __enter__(self) -> Measured:
+        self.machine = _procs.MachineCpu.read()
+        self.cpu = [tree_cpu_seconds(p) for p in self.pids]
+        self.started = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.monotonic() - self.started
+        busy = _procs.MachineCpu.read().busy_fraction_since(self.machine)
+        used = [tree_cpu_seconds(p) - c for p, c in zip(self.pids, self.cpu, strict=True)]
+        self.own_cpu = used
+        other = busy * self.seconds * (os.cpu_count() or 1) - sum(used)
+        self.other_cpu_pct = round(max(0.0, 100 * other / self.seconds), 1)
+
+
+# -- plain Spark ------------------------------------------------------------------------------
+
+
+def spark_baseline_child(input_path: str, work: str, runs: int, driver_memory: str) -> None:
+    """Runs in a process of its own: plain Spark's two persisting jobs, timed."""
+    from herder.dataplane.spark import SparkRuntime, SparkSettings
+
+    settings = SparkSettings.from_properties({"spark.driver.memory": driver_memory})
+    spark = SparkRuntime(settings).session
+    results = []
+    for run in range(runs + 1):
+        mid, out = f"{work}/mid-{run}", f"{work}/out-{run}"
+        started = time.monotonic()
+        spark.read.text(input_path).write.parquet(mid)
+        middle = time.monotonic()
+        spark.read.parquet(mid).write.text(out)
+        done = time.monotonic()
+        results.append(
+            {
+                "to_parquet_s": middle - started,
+                "to_text_s": done - middle,
+                "seconds": done - started,
+            }
+        )
+        shutil.rmtree(mid, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+    print(json.dumps({"warmup": results[0], "runs": results[1:]}), flush=True)
+
+
+def run_spark_baseline(args: argparse.Namespace, input_path: Path, work: Path) -> dict[str, Any]:
+    _procs.progress(f"plain Spark: text → parquet → text, 1 + {args.spark_runs} runs")
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--spark-baseline-child",
+        str(input_path),
+        str(work),
+        str(args.spark_runs),
+        args.driver_memory,
+    ]
+    with _procs.children_ignore_sigint():
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        out, _ = child.communicate(timeout=1800)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if child.returncode != 0:
+        raise RuntimeError(f"the plain Spark run exited with status {child.returncode}")
+    figures = json.loads(out.decode().strip().splitlines()[-1])
+    best = min(figures["runs"], key=lambda r: r["seconds"])
+    return {
+        "seconds": round(best["seconds"], 3),
+        "to_parquet_s": round(best["to_parquet_s"], 3),
+        "to_text_s": round(best["to_text_s"], 3),
+        "records_per_s": round(args.records / best["seconds"]),
+        "runs_s": [round(r["seconds"], 3) for r in figures["runs"]],
+        "warmup_s": round(figures["warmup"]["seconds"], 3),
+    }
+
+
+# -- herder ---------------------------------------------------------------------------------
+
+
+def until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+    """Poll ``condition`` until it is true; its exceptions (a failed task) end the wait."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout:.0f}s")
+        time.sleep(interval)
+
+
+class Herder:
+    """One ensemble server and one worker, and the worker's REST API."""
+
+    def __init__(self, services: _procs.Services, work: Path, driver_memory: str) -> None:
+        client_port, rest_port = _procs.free_port(), _procs.free_port()
+        data = work / "ensemble"
+        data.mkdir()
+        ensemble_config = work / "ensemble.properties"
+        ensemble_config.write_text(
+            f"dataDir={data}\nclientPort={client_port}\nclientPortAddress=127.0.0.1\n"
+        )
+        worker_config = work / "worker.properties"
+        props = {
+            "group.id": "bench",
+            "bootstrap.servers": f"127.0.0.1:{client_port}",
+            "rest.host.name": "127.0.0.1",
+            "rest.port": rest_port,
+            "storage.root": str(work / "topics"),
+            "spark.master": "local[*]",
+            "spark.driver.memory": driver_memory,
+        }
+        worker_config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        with _procs.children_ignore_sigint():
+            self.server = services.start(
+                "ensemble", [*HERDER, "ensemble", "start", "--config", str(ensemble_config)]
+            )
+        _procs.wait_until(
+            lambda: _procs.port_open(client_port), timeout=60, what="the ensemble server"
+        )
+        with _procs.children_ignore_sigint():
+            self.worker = services.start(
+                "worker",
+                [*HERDER, "--log-level", "INFO", "worker", "start", "--config", str(worker_config)],
+            )
+        self.url = f"http://127.0.0.1:{rest_port}"
+        self.http = httpx.Client(timeout=60)
+
+        def answering() -> bool:
+            self.worker.check_alive()
+            try:
+                return self.http.get(f"{self.url}/connectors", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        until(answering, 180, "the worker's REST API", interval=0.5)
+
+    def create(self, name: str, config: dict[str, str]) -> None:
+        reply = self.http.post(f"{self.url}/connectors", json={"name": name, "config": config})
+        if reply.status_code != 201:
+            raise RuntimeError(f"creating {name} failed: {reply.status_code} {reply.text}")
+
+    def delete(self, name: str) -> None:
+        self.http.delete(f"{self.url}/connectors/{name}")
+
+    def running(self, *names: str) -> bool:
+        self.worker.check_alive()
+        for name in names:
+            reply = self.http.get(f"{self.url}/connectors/{name}/status")
+            tasks = reply.json().get("tasks", []) if reply.status_code == 200 else []
+            failed = [t for t in tasks if t["state"] == "FAILED"]
+            if failed:
+                raise RuntimeError(f"task of {name} failed:\n{failed[0].get('trace')}")
+            if not tasks or any(t["state"] != "RUNNING" for t in tasks):
+                return False
+        return True
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def sink_files(directory: Path) -> list[Path]:
+    if not directory.exists():
+        return []
+    return sorted(
+        p for p in directory.iterdir() if p.is_file() and not p.name.startswith((".", "_"))
+    )
+
+
+def output_size(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in sink_files(path))
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def run_pipeline(
+    herder: Herder,
+    name: str,
+    prepared: Path,
+    work: Path,
+    sink: str,
+    records: int,
+    consumer_max_records: int | None = None,
+) -> dict[str, Any]:
+    """FileStreamSource → topic → ``sink``, timed from the input's arrival to its last line out."""
+    input_path = work / f"{name}.txt"
+    if sink == "DirectorySink":
+        output = work / f"{name}-out"
+        sink_config = {"directory": str(output), "format": "text"}
+    else:
+        output = work / f"{name}-out.txt"
+        sink_config = {"file": str(output)}
+    if consumer_max_records:
+        sink_config["consumer.max.records"] = str(consumer_max_records)
+    herder.create(f"{name}-sink", {"connector.class": sink, "topics": name, **sink_config})
+    herder.create(
+        f"{name}-source",
+        {"connector.class": "FileStreamSource", "file": str(input_path), "topic": name},
+    )
+    until(lambda: herder.running(f"{name}-source", f"{name}-sink"), 180, f"{name} RUNNING")
+    size = prepared.stat().st_size
+    with Measured(herder.worker.pid, herder.server.pid) as measured:
+        os.rename(prepared, input_path)
+
+        checked = [time.monotonic()]
+
+        def done() -> bool:
+            if output_size(output) >= size:
+                return True
+            if time.monotonic() - checked[0] > 1:  # not too often: it costs the worker CPU
+                checked[0] = time.monotonic()
+                herder.running(f"{name}-source", f"{name}-sink")  # raises if one failed
+            return False
+
+        until(done, 1800, f"{records} lines through {sink}", interval=0.01)
+    files = sink_files(output) if output.is_dir() else [output]
+    equal = sha256_of(files) == sha256_of([input_path])
+    herder.delete(f"{name}-source")
+    herder.delete(f"{name}-sink")
+    return {
+        "seconds": round(measured.seconds, 3),
+        "records_per_s": round(records / measured.seconds),
+        "output_equals_input": equal,
+        "output_files": len(files),
+        "worker_cpu_s": round(measured.own_cpu[0], 2),
+        "ensemble_cpu_s": round(measured.own_cpu[1], 2),
+        "other_cpu_pct": measured.other_cpu_pct,
+    }
+
+
+def run_latency(herder: Herder, work: Path, samples: int, rate: float) -> dict[str, Any]:
+    """One line at a time into a running FileStreamSource → DirectorySink (text)."""
+    input_path, output = work / "latency.txt", work / "latency-out"
+    input_path.touch()
+    herder.create(
+        "latency-sink",
+        {"connector.class": "DirectorySink", "topics": "latency", "directory": str(output),
+         "format": "text"},
+    )  # fmt: skip
+    herder.create(
+        "latency-source",
+        {"connector.class": "FileStreamSource", "file": str(input_path), "topic": "latency"},
+    )  # fmt: skip
+    until(lambda: herder.running("latency-source", "latency-sink"), 180, "latency RUNNING")
+    seen: set[str] = set()
+    arrived: set[bytes] = set()
+
+    def read_new() -> None:
+        for path in sink_files(output):
+            if path.name not in seen:
+                seen.add(path.name)
+                arrived.update(path.read_bytes().splitlines())
+
+    timings: list[int] = []
+    with Measured(herder.worker.pid, herder.server.pid) as measured, open(input_path, "ab") as f:
+        for k in range(samples + 1):
+            line = b"latency %06d" % k
+            next_at = time.monotonic() + 1 / rate
+            f.write(line + b"\n")
+            f.flush()
+            written = time.monotonic_ns()
+            deadline = time.monotonic() + 60
+            while line not in arrived:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"line {k} did not reach the sink within 60 s")
+                time.sleep(0.002)
+                read_new()
+            if k:  # the first line also waits for the pipeline's first Spark jobs
+                timings.append(time.monotonic_ns() - written)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    herder.delete("latency-source")
+    herder.delete("latency-sink")
+    return {
+        **_procs.latency_summary_ms(sorted(timings)),
+        "rate_lines_per_s": rate,
+        "other_cpu_pct": measured.other_cpu_pct,
+    }
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="herder-bench-pipeline-", dir=args.tmp_dir))
+    figures: dict[str, Any] = {
+        "benchmark": "pipeline",
+        "herder_version": herder_version,
+        "records": args.records,
+        "line_bytes": args.line_bytes,
+        "sink_consumer_max_records": args.consumer_max_records or "runtime default",
+        "machine": _procs.machine_info(),
+    }
+    try:
+        baseline_input = work / "spark-input.txt"
+        size = write_lines(baseline_input, args.records, args.line_bytes)
+        figures["input_bytes"] = size
+        spark = run_spark_baseline(args, baseline_input, work)
+        figures["spark"] = spark
+        _procs.progress(f"plain Spark: {spark['records_per_s']:,} lines/s")
+        with _procs.Services(work) as services:
+            herder = Herder(services, work, args.driver_memory)
+            try:
+                # as long as a measured run: Spark's first big jobs compile and JIT
+                # their code, and plain Spark gets the same untimed warm-up
+                warmup_records = args.records
+                _procs.progress(f"herder: warm-up run of {warmup_records:,} lines")
+                warm = work / "warmup.prepared"
+                write_lines(warm, warmup_records, args.line_bytes)
+                run_pipeline(
+                    herder,
+                    "warmup",
+                    warm,
+                    work,
+                    "DirectorySink",
+                    warmup_records,
+                    args.consumer_max_records,
+                )
+                results = {}
+                for name, sink in (("directory", "DirectorySink"), ("file", "FileStreamSink")):
+                    prepared = work / f"{name}.prepared"
+                    write_lines(prepared, args.records, args.line_bytes)
+                    _procs.progress(f"herder: {args.records:,} lines → {sink}")
+                    results[name] = run_pipeline(
+                        herder, name, prepared, work, sink, args.records, args.consumer_max_records
+                    )
+                    _procs.progress(f"herder → {sink}: {results[name]['records_per_s']:,} lines/s")
+                directory = results["directory"]
+                figures["herder_directory_sink"] = {
+                    **directory,
+                    "ratio_to_spark": _procs.ratio(
+                        directory["records_per_s"], spark["records_per_s"]
+                    ),
+                    "target_ratio": TARGET_RATIO,
+                    "meets_target": directory["records_per_s"]
+                    >= TARGET_RATIO * spark["records_per_s"],
+                }
+                figures["herder_file_sink"] = {
+                    **results["file"],
+                    "ratio_to_spark": _procs.ratio(
+                        results["file"]["records_per_s"], spark["records_per_s"]
+                    ),
+                }
+                _procs.progress(
+                    f"latency: {args.latency_samples} lines, {args.latency_rate} lines/s at most"
+                )
+                figures["latency_ms"] = run_latency(
+                    herder, work, args.latency_samples, args.latency_rate
+                )
+            finally:
+                herder.close()
+        worst = max(
+            figures[k]["other_cpu_pct"]
+            for k in ("herder_directory_sink", "herder_file_sink", "latency_ms")
+        )
+        if worst > 25:
+            figures["warning"] = (
+                f"other processes used up to {worst:.0f}% of a core while herder was measured:"
+                " the machine was shared, so these figures are not representative"
+            )
+    finally:
+        if args.keep_work_dir:
+            _procs.progress(f"kept {work} (inputs, outputs, worker.log)")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return figures
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--line-bytes", type=int, default=100)
+    parser.add_argument("--spark-runs", type=int, default=2)
+    parser.add_argument("--latency-samples", type=int, default=100)
+    parser.add_argument("--latency-rate", type=float, default=5.0)
+    parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--consumer-max-records", type=int, default=None)
+    parser.add_argument("--tmp-dir", default=None)
+    parser.add_argument("--pretty", action="store_true")
+    parser.add_argument("--keep-work-dir", action="store_true")
+    args = parser.parse_args(argv)
+    for name in ("records", "spark_runs", "latency_samples", "latency_rate"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
+    if args.line_bytes < 16:
+        parser.error("--line-bytes must be at least 16")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--spark-baseline-child"]:
+        spark_baseline_child(argv[1], argv[2], int(argv[3]), argv[4])
+        return 0
+    args = parse_args(argv)
+    with _procs.sigterm_as_interrupt():
+        try:
+            figures = run(args)
+        except KeyboardInterrupt:
+            _procs.progress("interrupted: every process the benchmark started was stopped")
+            return 130
+    _procs.emit_json(figures, pretty=args.pretty)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,474 @@
+"""DirectorySource and DirectorySink: files that Spark reads and writes, into and out of topics.
+
+**DirectorySource** picks up new files in a directory (Parquet, CSV or JSON lines) and
+has Spark's own readers read them, in parallel on the executors: a poll plans which
+files make the batch and returns a :class:`~herder.connect.SourceBatch` of them, with
+one source offset per file (``{"directory": d, "file": name}`` → its size and
+modification time), committed with the records in the batch's one transaction. Each
+row becomes a record whose value is the row as a JSON object (Connect's JSON converter
+without schemas). A file is read once: files are expected to arrive whole (written
+elsewhere and moved in, or written under a name starting with ``.`` or ``_``, which
+are skipped, and renamed when done); a file that changes after it was read is not read
+again.
+
+**DirectorySink** writes each batch it is given with Spark, as Parquet, CSV, JSON lines
+or text, one file per (topic, partition, base offset) — ``<topic>+<partition>+<base
+offset, 20 digits>.<format>``, where the base offset is the partition's first offset in
+the batch. The file is written under a temporary name (in ``_tmp/``, which Spark's
+readers skip) and renamed into place, so a reader never sees half a file and a batch
+delivered again — after a crash, or by a zombie task that lost its partitions —
+replaces itself instead of being added twice. When it is given partitions, a task
+deletes the files of those partitions from their committed offset on (written but never
+committed; they will come again). For text, a record's value is the line; for JSON,
+the value (a JSON document) is written as it is, or parsed with ``schema``; for
+Parquet and CSV, values are JSON objects parsed with ``schema`` or, without one, with
+the schema Spark infers from the batch (which costs one more pass over it, and orders
+columns by name). CSV is read and written as RFC 4180 has it: a quote inside a quoted
+field is doubled.
+
+The sink's directory must be on a local (or mounted) filesystem, where a rename
+replaces its target atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import itertools
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+from herder.config import ConfigDef, Importance, Range, Type, ValidString
+from herder.connect import (
+    SinkConnector,
+    SinkTask,
+    SourceBatch,
+    SourceConnector,
+    SourceTask,
+    TopicPartition,
+)
+from herder.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+VERSION = "1.0"
+DIRECTORY = "directory"
+FORMAT = "format"
+TOPIC = "topic"
+TOPICS = "topics"
+SCHEMA = "schema"
+CSV_HEADER = "csv.header"
+FILE_PATTERN = "file.pattern"
+BATCH_MAX_FILES = "batch.max.files"
+POLL_INTERVAL_MS = "poll.interval.ms"
+
+SOURCE_FORMATS = ("parquet", "csv", "json")
+SINK_FORMATS = ("parquet", "csv", "json", "text")
+_EXTENSIONS = {"parquet": "parquet", "csv": "csv", "json": "json", "text": "txt"}
+TEMP_DIR = "_tmp"
+_OUTPUT = re.compile(r"(?P<topic>.+)\+(?P<partition>\d+)\+(?P<base>\d{20})\.(?P<ext>\w+)")
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+# -- source ------------------------------------------------------------------------------
+
+
+class DirectorySourceConnector(SourceConnector):
+    """New files of ``directory`` (``format``: parquet, csv or json) into ``topic``; one task."""
+
+    def version(self) -> str:
+        return VERSION
+
+    def config_def(self) -> ConfigDef:
+        return (
+            ConfigDef()
+            .define(DIRECTORY, Type.STRING, importance=Importance.HIGH,
+                    documentation="The directory to read new files from: a path, or a URI"
+                    " such as s3a://bucket/in.")
+            .define(FORMAT, Type.STRING, validator=ValidString.in_(*SOURCE_FORMATS),
+                    importance=Importance.HIGH,
+                    documentation="How the files are written: parquet, csv or json (lines).")
+            .define(TOPIC, Type.STRING, importance=Importance.HIGH,
+                    documentation="The topic to write the rows to.")
+            .define(SCHEMA, Type.STRING, default="", importance=Importance.MEDIUM,
+                    documentation="The files' schema as a Spark DDL string ('id long,"
+                    " name string'); empty to take Parquet's own, infer JSON's, and read"
+                    " every CSV column as a string.")
+            .define(CSV_HEADER, Type.BOOLEAN, default=True, importance=Importance.LOW,
+                    documentation="Whether the first line of each CSV file names its columns.")
+            .define(FILE_PATTERN, Type.STRING, default="*", importance=Importance.LOW,
+                    documentation="A glob that names the files to read (names starting with"
+                    " . or _ are always skipped).")
+            .define(BATCH_MAX_FILES, Type.INT, default=1000, validator=Range.at_least(1),
+                    importance=Importance.LOW, documentation="Most files one batch reads.")
+            .define(POLL_INTERVAL_MS, Type.INT, default=1000, validator=Range.at_least(1),
+                    importance=Importance.LOW,
+                    documentation="How long a poll waits for new files.")
+        )  # fmt: skip
+
+    def start(self, config: dict[str, str]) -> None:
+        self.config = dict(config)
+
+    def task_class(self) -> type[SourceTask]:
+        return DirectorySourceTask
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        # one lister per directory: two would read each new file twice
+        return [dict(self.config)]
+
+    def stop(self) -> None:
+        return None
+
+
+class _Listing:
+    """A directory's files, by name, through pyarrow's filesystems."""
+
+    def __init__(self, directory: str) -> None:
+        import pyarrow as pa
+        import pyarrow.fs as pafs
+
+        if "://" in directory:
+            uri = directory
+            scheme = directory.split("://", 1)[0]
+            if scheme in ("s3a", "s3n"):
+                uri = "s3://" + directory[len(scheme) + 3 :]
+            try:
+                self.fs, path = pafs.FileSystem.from_uri(uri)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+                raise ConfigError(f"{DIRECTORY}={directory!r} cannot be listed: {exc}") from exc
+            self.base = path.rstrip("/")
+            self.spark_base = directory.rstrip("/")
+        else:
+            self.fs = pafs.LocalFileSystem()
+            self.base = self.spark_base = os.path.abspath(directory)
+
+    def files(self) -> list[pafs.FileInfo]:
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(self.base, allow_not_found=True)
+        return [i for i in self.fs.get_file_info(selector) if i.type == pafs.FileType.File]
+
+    def spark_path(self, name: str) -> str:
+        return f"{self.spark_base}/{name}"
+
+
+class DirectorySourceTask(SourceTask):
+    """Each poll: the directory's unread files, oldest first, as one SourceBatch."""
+
+    def version(self) -> str:
+        return VERSION
+
+    def start(self, config: dict[str, str]) -> None:
+        settings = DirectorySourceConnector().config_def().parse(config)
+        self.directory: str = settings[DIRECTORY]
+        self.format: str = settings[FORMAT]
+        self.topic: str = settings[TOPIC]
+        self.schema: str = settings[SCHEMA]
+        self.csv_header: bool = settings[CSV_HEADER]
+        self.pattern: str = settings[FILE_PATTERN]
+        self.max_files: int = settings[BATCH_MAX_FILES]
+        self.poll_interval = settings[POLL_INTERVAL_MS] / 1000
+        self.listing = _Listing(self.directory)
+        #: files read (committed, or returned in a batch since this task started)
+        self.read: set[str] = set()
+        self._stopping = threading.Event()
+
+    def _partition(self, name: str) -> dict[str, Any]:
+        return {"directory": self.directory, "file": name}
+
+    def _unread(self) -> list[pafs.FileInfo]:
+        fresh = [
+            info
+            for info in self.listing.files()
+            if info.base_name not in self.read
+            and not _hidden(info.base_name)
+            and fnmatch.fnmatchcase(info.base_name, self.pattern)
+        ]
+        if not fresh:
+            return []
+        partitions = [self._partition(i.base_name) for i in fresh]
+        committed = self.context.offset_reader.offsets(partitions)
+        unread = []
+        for info, offset in zip(fresh, committed, strict=True):
+            if offset is None:
+                unread.append(info)
+            else:
+                self.read.add(info.base_name)
+        return unread
+
+    def poll(self) -> SourceBatch | None:
+        deadline = time.monotonic() + self.poll_interval
+        while not self._stopping.is_set():
+            unread = self._unread()
+            if unread:
+                return self._batch(unread)
+            if time.monotonic() >= deadline:
+                return None
+            self._stopping.wait(min(0.1, self.poll_interval))
+        return None
+
+    def _batch(self, unread: list[pafs.FileInfo]) -> SourceBatch:
+        """The oldest unread files as one batch: which files, and their offsets, fixed
+        here before Spark reads any of them."""
+        from pyspark.sql import functions as F
+
+        from herder.dataplane.spark import spark_runtime
+
+        chosen = sorted(unread, key=lambda i: (i.mtime_ns or 0, i.base_name))[: self.max_files]
+        reader = spark_runtime().session.read.format(self.format)
+        if self.schema:
+            reader = reader.schema(self.schema)
+        if self.format == "csv":
+            reader = reader.option("header", str(self.csv_header).lower()).option("escape", '"')
+        rows = reader.load([self.listing.spark_path(i.base_name) for i in chosen])
+        row = F.struct(*[F.col(f"`{c}`") for c in rows.columns])
+        data = rows.select(F.to_json(row).alias("value"))
+        offsets = [
+            (self._partition(i.base_name), {"size": i.size, "modified_ns": i.mtime_ns})
+            for i in chosen
+        ]
+        self.read.update(i.base_name for i in chosen)
+        log.info("%s: reading %d new files into %s", self.directory, len(chosen), self.topic)
+        return SourceBatch(data, offsets, self.topic)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+
+# -- sink --------------------------------------------------------------------------------
+
+
+class DirectorySinkConnector(SinkConnector):
+    """Writes the records of ``topics`` into ``directory`` as ``format`` files."""
+
+    def version(self) -> str:
+        return VERSION
+
+    def config_def(self) -> ConfigDef:
+        return (
+            ConfigDef()
+            .define(DIRECTORY, Type.STRING, importance=Importance.HIGH,
+                    documentation="The directory to write files into (a local or mounted"
+                    " filesystem: files are renamed into place).")
+            .define(FORMAT, Type.STRING, validator=ValidString.in_(*SINK_FORMATS),
+                    importance=Importance.HIGH,
+                    documentation="parquet, csv, json (lines) or text (each value a line).")
+            .define(TOPICS, Type.LIST, default="", importance=Importance.HIGH,
+                    documentation="The topics to read.")
+            .define(SCHEMA, Type.STRING, default="", importance=Importance.MEDIUM,
+                    documentation="The schema of the values (JSON objects) as a Spark DDL"
+                    " string, for parquet, csv and json; empty to infer it from each batch"
+                    " (parquet, csv) or write values as they are (json).")
+            .define(CSV_HEADER, Type.BOOLEAN, default=True, importance=Importance.LOW,
+                    documentation="Whether each CSV file starts with a line of column names.")
+        )  # fmt: skip
+
+    def start(self, config: dict[str, str]) -> None:
+        self.config = dict(config)
+        directory = self.config.get(DIRECTORY, "")
+        if "://" in directory and not directory.startswith("file://"):
+            raise ConfigError(
+                f"{DIRECTORY}={directory!r}: DirectorySink needs a local or mounted"
+                " filesystem (it renames files into place); give a path"
+            )
+
+    def task_class(self) -> type[SinkTask]:
+        return DirectorySinkTask
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        # files are per partition, so any number of tasks can share the directory
+        return [dict(self.config) for _ in range(max_tasks)]
+
+    def stop(self) -> None:
+        return None
+
+
+def _concatenate(parts: list[str], target: str) -> None:
+    """``parts`` one after another into ``target`` (in the kernel where it can), then gone."""
+    with open(target, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                copied = 0
+                try:
+                    while copied < size:
+                        step = os.copy_file_range(f.fileno(), out.fileno(), size - copied)
+                        if step == 0:
+                            break
+                        copied += step
+                except OSError:
+                    f.seek(copied)
+                    shutil.copyfileobj(f, out)
+            os.unlink(part)
+
+
+def output_name(tp: TopicPartition, base_offset: int, fmt: str) -> str:
+    """The file holding ``tp``'s records of the batch that starts at ``base_offset``."""
+    return f"{tp.topic}+{tp.partition}+{base_offset:020d}.{_EXTENSIONS[fmt]}"
+
+
+class DirectorySinkTask(SinkTask):
+    """One Spark write per batch; files renamed into place by (topic, partition, base)."""
+
+    def version(self) -> str:
+        return VERSION
+
+    def start(self, config: dict[str, str]) -> None:
+        settings = DirectorySinkConnector().config_def().parse(config)
+        directory: str = settings[DIRECTORY]
+        self.directory = os.path.abspath(directory.removeprefix("file://"))
+        self.format: str = settings[FORMAT]
+        self.schema: str = settings[SCHEMA]
+        self.csv_header: bool = settings[CSV_HEADER]
+        os.makedirs(self.directory, exist_ok=True)
+        self._temp_prefix = uuid.uuid4().hex
+        self._temps = itertools.count()
+        #: the first offset of each owned partition's next batch
+        self.bases: dict[TopicPartition, int] = {}
+
+    def open(self, partitions: Collection[TopicPartition]) -> None:
+        for tp in partitions:
+            committed = self.context.committed(tp)
+            base = committed[0] if committed is not None else 0
+            self.bases[tp] = base
+            for name, found_base in self._outputs(tp):
+                if found_base >= base:
+                    # written, never committed: the records will come again from ``base``
+                    os.unlink(os.path.join(self.directory, name))
+                    log.info("%s: removed %s, written after the last commit", self.directory, name)
+
+    def _outputs(self, tp: TopicPartition) -> list[tuple[str, int]]:
+        found = []
+        for name in os.listdir(self.directory):
+            match = _OUTPUT.fullmatch(name)
+            if (
+                match
+                and match["topic"] == tp.topic
+                and int(match["partition"]) == tp.partition
+                and match["ext"] == _EXTENSIONS[self.format]
+            ):
+                found.append((name, int(match["base"])))
+        return found
+
+    def put(self, df: DataFrame) -> None:
+        owned = sorted(self.bases)
+        if not owned:
+            return
+        temp = os.path.join(self.directory, TEMP_DIR, f"{self._temp_prefix}-{next(self._temps)}")
+        try:
+            self._write(df, temp, single=len(owned) == 1)
+            written = self._written(temp, owned)
+            for tp, path in written.items():
+                name = output_name(tp, self.bases[tp], self.format)
+                os.replace(path, os.path.join(self.directory, name))
+        finally:
+            shutil.rmtree(temp, ignore_errors=True)
+
+    def _write(self, df: DataFrame, temp: str, *, single: bool) -> None:
+        rows = self._rows(df)
+        if single and self._lines:
+            # the runtime's rows come in offset order, spread over Spark partitions in
+            # that order: their files, one after another, are the partition's file
+            writer = rows.drop("topic", "partition", "offset").write
+        elif single:
+            # one Spark task, to write one file, keeps the runtime's offset order
+            writer = rows.drop("topic", "partition", "offset").coalesce(1).write
+        else:
+            writer = (
+                rows.repartition("topic", "partition")
+                .sortWithinPartitions("topic", "partition", "offset")
+                .drop("offset")
+                .write.partitionBy("topic", "partition")
+            )
+        if self.format == "csv":
+            writer = writer.option("header", str(self.csv_header).lower()).option("escape", '"')
+        writer.format("text" if self._lines else self.format).save(temp)
+        if single and self._lines:
+            _concatenate(self._data_files(temp, several=True), os.path.join(temp, "lines"))
+
+    @property
+    def _lines(self) -> bool:
+        """Whether values are written as they are, a line each (text, and JSON as given)."""
+        return self.format == "text" or (self.format == "json" and not self.schema)
+
+    def _rows(self, df: DataFrame) -> DataFrame:
+        """``df`` as the columns to write, with ``topic``, ``partition`` and ``offset``."""
+        from pyspark.sql import functions as F
+
+        where = ["topic", "partition", "offset"]
+        value = F.col("value").cast("string").alias("value")
+        if self.format == "text":
+            return df.select(*where, value)
+        if self.format == "json" and not self.schema:
+            return df.where(F.col("value").isNotNull()).select(*where, value)
+        values = df.where(F.col("value").isNotNull()).select(*where, value)
+        schema: Any = self.schema
+        if not schema:
+            schema = df.sparkSession.read.json(values.select("value")).schema
+        parsed = values.select(*where, F.from_json("value", schema).alias("_row"))
+        return parsed.select(*where, "_row.*")
+
+    def _written(self, temp: str, owned: list[TopicPartition]) -> dict[TopicPartition, str]:
+        """The one data file Spark wrote for each partition, by partition."""
+        written = {}
+        if len(owned) == 1:
+            for path in self._data_files(temp):
+                written[owned[0]] = path
+            return written
+        for tp in owned:
+            folder = os.path.join(temp, f"topic={tp.topic}", f"partition={tp.partition}")
+            for path in self._data_files(folder):
+                written[tp] = path
+        return written
+
+    def _data_files(self, folder: str, *, several: bool = False) -> list[str]:
+        """Files Spark wrote in ``folder`` that hold rows, in name order (which is Spark's
+        partition order); at most one unless ``several``."""
+        try:
+            names = sorted(n for n in os.listdir(folder) if not _hidden(n))
+        except FileNotFoundError:
+            return []
+        paths = [os.path.join(folder, n) for n in names]
+        if len(paths) > 1 and not several:
+            raise RuntimeError(f"Spark wrote {len(paths)} files in {folder}; one was expected")
+        return [p for p in paths if self._has_rows(p)]
+
+    def _has_rows(self, path: str) -> bool:
+        if self.format != "parquet":
+            return os.path.getsize(path) > 0
+        import pyarrow.parquet as pq
+
+        return bool(pq.read_metadata(path).num_rows)
+
+    def pre_commit(self, offsets: Mapping[TopicPartition, int]) -> Mapping[TopicPartition, int]:
+        # what is committed now is where each partition's next batch starts
+        for tp, offset in offsets.items():
+            if tp in self.bases:
+                self.bases[tp] = offset
+        return offsets
+
+    def close(self, partitions: Collection[TopicPartition]) -> None:
+        for tp in partitions:
+            self.bases.pop(tp, None)
+
+    def stop(self) -> None:
+        # what a put interrupted by a failure left behind; other tasks' are theirs
+        temps = os.path.join(self.directory, TEMP_DIR)
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(temps):
+                if name.startswith(self._temp_prefix):
+                    shutil.rmtree(os.path.join(temps, name), ignore_errors=True)

@@ -1,0 +1,153 @@
+"""Lines read by planned byte ranges: the planner, the Arrow splitter, the Data Source,
+and FileStreamSource handing a large backlog to Spark as a SourceBatch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herder.connect import OffsetReader, SourceBatch, SourceTaskContext
+from herder.connectors.file import FileStreamSourceTask
+from herder.dataplane import SparkRuntime
+from herder.dataplane.datasource import (
+    ByteRange,
+    last_line_end,
+    line_ranges_dataframe,
+    lines_to_array,
+    plan_line_ranges,
+    read_line_range,
+)
+
+
+def write_lines(path: Path, count: int, first: int = 0, *, mode: str = "w") -> list[bytes]:
+    lines = [b"line %06d " % i + b"y" * (i % 37) for i in range(first, first + count)]
+    with open(path, mode + "b") as f:
+        f.write(b"".join(line + b"\n" for line in lines))
+    return lines
+
+
+@pytest.mark.unit
+def test_lines_split_like_file_stream_source() -> None:
+    buffer = b"a\nbb\r\n\r\n\n\rc\nd\r\r\n"
+    assert lines_to_array(buffer).to_pylist() == [b"a", b"bb", b"", b"", b"\rc", b"d\r"]
+
+
+@pytest.mark.unit
+def test_ranges_end_on_line_boundaries_and_cover_the_backlog(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    lines = write_lines(path, 5_000)
+    with open(path, "ab") as f:
+        f.write(b"x" * 10_000 + b"\n")  # one line longer than a range
+        f.write(b"no newline yet")
+    data = path.read_bytes()
+    end = last_line_end(str(path), 0, len(data))
+    assert end == len(data) - len(b"no newline yet")
+    start = data.index(b"line 000100")
+    ranges = plan_line_ranges(str(path), start, end, 4_096)
+    assert len(ranges) > 10
+    assert ranges[0].start == start and ranges[-1].end == end
+    for a, b in pairwise(ranges):
+        assert a.end == b.start and data[a.end - 1 : a.end] == b"\n"
+    read = [
+        v
+        for r in ranges
+        for batch in read_line_range(str(path), r.start, r.end)
+        for v in batch.column(0).to_pylist()
+    ]
+    assert read == [*lines[100:], b"x" * 10_000]
+
+
+@pytest.mark.unit
+def test_no_whole_line_means_no_range(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"abc\n" + b"z" * 100)
+    assert last_line_end(str(path), 4, 104) == 4
+    assert plan_line_ranges(str(path), 0, 4, 1) == [ByteRange(0, 4)]
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_executors_read_the_planned_ranges_in_order(spark: SparkRuntime, tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    lines = write_lines(path, 20_000)
+    size = path.stat().st_size
+    ranges = plan_line_ranges(str(path), 0, size, size // 5)
+    df = line_ranges_dataframe(spark.session, str(path), ranges)
+    assert df.rdd.getNumPartitions() == len(ranges) >= 5
+    assert df.toArrow().column("value").to_pylist() == lines
+
+
+class _Offsets(OffsetReader):
+    def __init__(self, stored: Mapping[str, Any] | None) -> None:
+        self.stored = stored
+
+    def offsets(self, partitions: Sequence[Mapping[str, Any]]) -> list[Any]:
+        return [self.stored for _ in partitions]
+
+
+class _Context(SourceTaskContext):
+    def __init__(self, stored: Mapping[str, Any] | None) -> None:
+        self.reader = _Offsets(stored)
+
+    @property
+    def configs(self) -> Mapping[str, str]:
+        return {}
+
+    @property
+    def offset_reader(self) -> OffsetReader:
+        return self.reader
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_file_stream_source_hands_a_backlog_to_spark_with_its_planned_position(
+    spark: SparkRuntime, tmp_path: Path
+) -> None:
+    path = tmp_path / "in.txt"
+    lines = write_lines(path, 30_000)
+    resume = path.read_bytes().index(b"line 001000")
+    partial = b"partial line, no newline yet"
+    with open(path, "ab") as f:
+        f.write(partial)
+    task = FileStreamSourceTask()
+    task.initialize(_Context({"position": resume}))
+    task.start(
+        {
+            "file": str(path),
+            "topic": "t",
+            "poll.interval.ms": "10",
+            "parallel.min.bytes": "50000",
+            "parallel.split.bytes": "100000",
+        }
+    )
+    try:
+        batch = task.poll()
+        assert isinstance(batch, SourceBatch)
+        end = path.stat().st_size - len(partial)
+        assert list(batch.offsets) == [({"filename": str(path)}, {"position": end})]
+        assert batch.topic == "t"
+        table = batch.data.toArrow()
+        assert table.column("value").to_pylist() == lines[1000:]
+        # numbered on the driver: each line's position in the batch
+        assert table.column("seq").to_pylist() == list(range(len(lines) - 1000))
+
+        # a few appended lines are read in the task, and no SourceBatch follows
+        # until those records are committed
+        with open(path, "ab") as f:
+            f.write(b" ends here\n")
+        more = write_lines(path, 200, 30_000, mode="a")
+        records = task.poll()
+        assert isinstance(records, list)
+        assert [r.value for r in records] == [partial + b" ends here", *more]
+        assert records[-1].source_offset == {"position": path.stat().st_size}
+        write_lines(path, 5_000, 30_200, mode="a")
+        assert isinstance(task.poll(), list)
+        task.commit()
+        write_lines(path, 5_000, 35_200, mode="a")
+        assert isinstance(task.poll(), SourceBatch)
+    finally:
+        task.stop()
