@@ -285,8 +285,10 @@ class SourceExecution(_Execution):
                     Append(BATCHES_LOG, batch_key, marker),
                     *offsets.records(connector, _latest_offsets(batch)),
                 ]
+                began = time.monotonic()
                 data, topic = await self.pipeline.before_write(batch)
                 staged = await writer.stage(data, topic)
+                staged_at = time.monotonic()
                 try:
                     await self.topics.commit(staged, ops)
                 except TxnRefused as exc:
@@ -308,6 +310,14 @@ class SourceExecution(_Execution):
                         ) from None
                     raise
                 previous = marker
+                log.debug(
+                    "source task %s: batch %d, %d records staged in %.3f s, committed in %.3f s",
+                    self.name,
+                    sequence,
+                    staged.records,
+                    staged_at - began,
+                    time.monotonic() - staged_at,
+                )
                 if isinstance(batch, list):
                     for record in batch:
                         self.task.commit_record(record)
@@ -545,6 +555,7 @@ class SinkExecution(_Execution):
             reached[tp] = stop
         if not reached:
             return False
+        began = time.monotonic()
         for topic, ranges in by_topic.items():
             df = await self.topics.read(topic, ranges, ordered=True, pool=self.name)
             df = await self.pipeline.before_put(df)
@@ -553,9 +564,17 @@ class SinkExecution(_Execution):
             except RetriableError as exc:
                 log.info("sink task %s: put will be retried: %s", self.name, exc)
                 return False
+        put_at = time.monotonic()
         self.positions.update(reached)
         try:
             await self._commit(dict(self.positions))
+            log.debug(
+                "sink task %s: delivered up to %s: read and put in %.3f s, committed in %.3f s",
+                self.name,
+                {f"{tp.topic}-{tp.partition}": o for tp, o in reached.items()},
+                put_at - began,
+                time.monotonic() - put_at,
+            )
         except _GENERATION_OVER as exc:
             # These records are written but not committed: whoever owns the partitions
             # next starts from the last commit (a file sink truncates back to it).
