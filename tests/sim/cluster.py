@@ -94,6 +94,7 @@ class Report:
     crashes: int = 0
     corruptions: int = 0
     partitions: int = 0
+    disconnects: int = 0
     leaders: int = 0
     syncs: Counter[str] = field(default_factory=Counter)
     liveness_ms: int = 0
@@ -374,6 +375,17 @@ class Simulation:
             a, b = rng.sample(sorted(self.servers), 2)
             self.cut.add((a, b))  # one way only: a hears b, b never hears a
             self._cut_for(rng.randint(*profile.partition_ms))
+        elif live:
+            # a connection reset: the server hears its link to another one closed
+            server = rng.choice(live)
+            other = rng.choice([sid for sid in self.servers if sid != server.sid])
+            self._disconnect(server, other)
+
+    def _disconnect(self, server: SimServer, other: int) -> None:
+        assert server.peer is not None
+        self.report.disconnects += 1
+        server.peer.disconnected(other, self.now)
+        self._drain(server)
 
     def _cut_for(self, duration: int) -> None:
         self._partition += 1
@@ -383,6 +395,10 @@ class Simulation:
     def _crash(self, server: SimServer) -> None:
         server.crash()
         self.report.crashes += 1
+        # a process that dies closes its connections: most servers hear of it at once
+        for other in self.servers.values():
+            if other.peer is not None and self.rng.random() < 0.5:
+                self._disconnect(other, server.sid)
         self._push(
             self.now + self.rng.randint(*self.profile.downtime_ms),
             RESTART,

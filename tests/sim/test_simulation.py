@@ -45,9 +45,10 @@ def test_the_simulator_reaches_every_corner_it_is_meant_to() -> None:
         totals["crashes"] += report.crashes
         totals["corruptions"] += report.corruptions
         totals["partitions"] += report.partitions
+        totals["disconnects"] += report.disconnects
         totals["commits"] += report.commits
     assert len(topologies) == 4  # 3 and 5 participants, with and without an observer
-    for key in ("diff", "snap", "trunc", "crashes", "corruptions", "partitions"):
+    for key in ("diff", "snap", "trunc", "crashes", "corruptions", "partitions", "disconnects"):
         assert totals[key] > 0, key
     assert totals["leaders"] > 60
     assert totals["commits"] > 1000
