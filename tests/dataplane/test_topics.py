@@ -40,7 +40,7 @@ def by_partition(rows: list[Any]) -> dict[int, list[Any]]:
 
 
 async def test_round_trip_across_partitions_and_batches(
-    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with connected(ensemble, storage, spark) as topics:
         await topics.create("roundtrip", 3)
@@ -101,6 +101,14 @@ async def test_round_trip_across_partitions_and_batches(
         assert [(r["offset"], r["value"]) for r in arrow_rows] == [
             (r["offset"], r["value"]) for r in window
         ]
+        # a read of many files scans them in one pass instead of one by one: same records
+        monkeypatch.setattr("herder.dataplane.reader.MAX_FILES_UNIONED", 0)
+        one_scan = await collect(spark, await topics.read("roundtrip", ordered=True))
+        assert [r.asDict() for r in one_scan] == [r.asDict() for r in rows]
+        one_scan_window = await collect(
+            spark, await topics.read("roundtrip", {k_partition: (lo, hi)}, ordered=True)
+        )
+        assert [r.asDict() for r in one_scan_window] == [r.asDict() for r in window]
 
 
 async def test_dataframe_batches_partition_like_records(

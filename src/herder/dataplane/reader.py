@@ -3,11 +3,13 @@
 A reader first plans (:meth:`Topics.plan_read
 <herder.dataplane.topics.Topics.plan_read>`): which committed segments hold the
 offsets it wants. Segment files do not know their base offset — it was given out at
-commit — so the DataFrame reads every planned file in one scan and finds each row's
-segment by its file's path (``_metadata.file_path``, whose last six components are the
-path stored in the ensemble), in a literal map from path to (partition, base offset,
-wanted ``seq`` range). The offset is then ``base + seq``, and rows outside the wanted
-range are filtered out. The columns are those of Spark's Kafka source
+commit — so each file's rows get their segment's partition and base offset as literals:
+the offset is ``base + seq``, and rows outside the wanted ``seq`` range are filtered out
+(pushed down to the Parquet reader). A read of a few files unions one scan per file; a
+read of many (a low-rate topic's small segments) reads them in one scan and finds each
+row's segment by its file's path (``_metadata.file_path``, whose last six components are
+the path stored in the ensemble) in a literal map, which costs a lookup per row but keeps
+the plan small. The columns are those of Spark's Kafka source
 (:data:`~herder.connect.SINK_COLUMNS`).
 
 The CLI reads a segment at a time with pyarrow instead: no JVM to start for a
@@ -39,6 +41,8 @@ SINK_DDL = (
     "topic string, partition int, offset bigint, timestamp timestamp, key binary, "
     "value binary, headers array<struct<key:string,value:binary>>"
 )
+#: Reads of at most this many files scan each file on its own (see the module docstring).
+MAX_FILES_UNIONED = 32
 #: Components of a segment file's path below the root (``_staging/w/b/topic=/partition=/f``).
 _PATH_DEPTH = 6
 
@@ -56,6 +60,9 @@ def slices_dataframe(
 
     if not slices:
         return spark.createDataFrame([], SINK_DDL)
+    if sum(len(piece.segment.files) for piece in slices) <= MAX_FILES_UNIONED:
+        out = _file_by_file(spark, storage, topic, slices)
+        return out.orderBy("partition", "offset") if ordered else out
     pairs = []
     paths = []
     for piece in slices:
@@ -88,6 +95,35 @@ def slices_dataframe(
         "headers",
     )
     return out.orderBy("partition", "offset") if ordered else out
+
+
+def _file_by_file(
+    spark: SparkSession, storage: Storage, topic: str, slices: Sequence[SegmentSlice]
+) -> DataFrame:
+    """The records of ``slices``, one Parquet scan per file, unioned."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    parts = []
+    for piece in slices:
+        segment = piece.segment
+        lo = piece.from_offset - segment.base_offset
+        hi = piece.to_offset - segment.base_offset
+        for path in segment.files:
+            rows = spark.read.schema(FILE_DDL).parquet(storage.uri(path))
+            parts.append(
+                rows.where((F.col("seq") >= F.lit(lo)) & (F.col("seq") < F.lit(hi))).select(
+                    F.lit(topic).alias("topic"),
+                    F.lit(segment.partition).cast("int").alias("partition"),
+                    (F.lit(segment.base_offset).cast("long") + F.col("seq")).alias("offset"),
+                    F.timestamp_millis(F.col("timestamp")).alias("timestamp"),
+                    "key",
+                    "value",
+                    "headers",
+                )
+            )
+    return reduce(lambda a, b: a.unionAll(b), parts)
 
 
 #: What :func:`slice_table` gives: one row per record, in offset order.
