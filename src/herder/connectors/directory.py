@@ -138,23 +138,12 @@ class _Listing:
     """A directory's files, by name, through pyarrow's filesystems."""
 
     def __init__(self, directory: str) -> None:
-        import pyarrow as pa
-        import pyarrow.fs as pafs
+        from herder.dataplane.storage import filesystem
 
-        if "://" in directory:
-            uri = directory
-            scheme = directory.split("://", 1)[0]
-            if scheme in ("s3a", "s3n"):
-                uri = "s3://" + directory[len(scheme) + 3 :]
-            try:
-                self.fs, path = pafs.FileSystem.from_uri(uri)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-                raise ConfigError(f"{DIRECTORY}={directory!r} cannot be listed: {exc}") from exc
-            self.base = path.rstrip("/")
-            self.spark_base = directory.rstrip("/")
-        else:
-            self.fs = pafs.LocalFileSystem()
-            self.base = self.spark_base = os.path.abspath(directory)
+        try:
+            self.fs, self.base, self.spark_base = filesystem(directory)
+        except ValueError as exc:
+            raise ConfigError(f"{DIRECTORY}={directory!r} cannot be listed: {exc}") from exc
 
     def files(self) -> list[pafs.FileInfo]:
         import pyarrow.fs as pafs

@@ -65,6 +65,24 @@ def batch_of(path: str) -> str:
     return "/".join(path.split("/")[:3])
 
 
+def filesystem(location: str) -> tuple[pafs.FileSystem, str, str]:
+    """A pyarrow filesystem for ``location`` (a local path or a URI), the path within it,
+    and the location as Spark should get it. ``s3a://``/``s3n://`` (Hadoop's names) are
+    ``s3://`` to pyarrow. Raises ``ValueError`` if pyarrow cannot reach it."""
+    scheme, sep, _ = location.partition("://")
+    if not sep:
+        local = os.path.abspath(location).rstrip("/") or "/"
+        return pafs.LocalFileSystem(), local, local
+    uri = location
+    if scheme in ("s3a", "s3n"):
+        uri = "s3://" + location[len(scheme) + 3 :]
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        raise ValueError(str(exc)) from exc
+    return fs, path.rstrip("/"), location.rstrip("/")
+
+
 @dataclass(frozen=True)
 class FileEntry:
     """A file or directory, by its path relative to the root."""
@@ -82,21 +100,10 @@ class Storage:
             raise ConfigError(
                 "storage.root is empty: give a local directory or a filesystem URI for topic data"
             )
-        scheme, sep, _ = root.partition("://")
-        if not sep:
-            self.root = os.path.abspath(root).rstrip("/") or "/"
-            self.fs: pafs.FileSystem = pafs.LocalFileSystem()
-            self._base = self.root
-            return
-        self.root = root.rstrip("/")
-        uri = root
-        if scheme in ("s3a", "s3n"):
-            uri = "s3://" + root[len(scheme) + 3 :]
         try:
-            self.fs, base = pafs.FileSystem.from_uri(uri)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+            self.fs, self._base, self.root = filesystem(root)
+        except ValueError as exc:
             raise ConfigError(f"storage.root {root!r} cannot be used: {exc}") from exc
-        self._base = base.rstrip("/")
 
     def __repr__(self) -> str:
         return f"Storage({self.root!r})"
