@@ -511,13 +511,9 @@ class ZabReplica:
     # -- HostLog ------------------------------------------------------------------------
 
     def read_log(self, start: int, limit_bytes: int | None) -> Sequence[ZabTxn] | None:
-        storage = self.storage
-        first = storage.first_logged_zxid
-        if first is None or first > start:
-            return None
         out: list[ZabTxn] = []
         size = 0
-        for txn in storage.transactions_after(0):
+        for txn in self.storage.transactions_from(start):
             if txn.zxid <= start:
                 out = [ZabTxn(txn.zxid, txn.payload)]
                 size = 16 + len(txn.payload)

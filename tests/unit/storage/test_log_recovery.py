@@ -234,3 +234,19 @@ def test_transactions_after_reads_durable_records_back_across_files() -> None:
 
     assert served == [zx(c) for c in range(18, 41)]
     assert storage.first_logged_zxid == zx(1)
+
+
+def test_transactions_from_starts_in_the_file_holding_the_zxid() -> None:
+    fs = SimulatedFileSystem()
+    storage = open_sim(fs)
+    fill(storage, range(1, 41))
+    storage.sync()
+    files = sorted(int(n.split(".")[1], 16) for n in fs.listdir(DATA) if n.startswith("log."))
+    assert len(files) > 2, "the log should span several files"
+    second = files[1]
+    # a zxid inside the second file: reading starts at that file, not at the first
+    served = [t.zxid for t in storage.transactions_from(second + 2)]
+    assert served == [z for z in (zx(c) for c in range(1, 41)) if z >= second]
+    assert next(t.zxid for t in storage.transactions_from(zx(40))) <= zx(40)
+    # a zxid before the log begins: nothing
+    assert list(storage.transactions_from(zx(0))) == []

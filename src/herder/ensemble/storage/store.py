@@ -16,6 +16,7 @@ the maintenance calls (``write_snapshot``, ``install_snapshot``, ``truncate_to``
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
@@ -155,6 +156,16 @@ class Storage:
     def transactions_after(self, zxid: int) -> Iterator[Txn]:
         """Durable transactions above ``zxid`` read back from disk (for a DIFF)."""
         return self._log.transactions_after(zxid)
+
+    def transactions_from(self, zxid: int) -> Iterator[Txn]:
+        """Durable transactions from the log file holding ``zxid`` on: the last one at or
+        before ``zxid`` among them (a DIFF's start), and everything after. Nothing if the
+        log begins after ``zxid``."""
+        starts = [f.start for f in self._log.files]
+        i = bisect.bisect_right(starts, zxid) - 1
+        if i < 0:
+            return iter(())
+        return self._log.transactions_after(starts[i] - 1)
 
     @property
     def first_logged_zxid(self) -> int | None:
