@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from herder.connect import SinkTaskContext, TopicPartition
+from herder.connect import TopicPartition
 from herder.connectors.directory import DirectorySinkTask
 from herder.dataplane import SparkRuntime, spark_runtime, stop_spark
 from herder.dataplane.reader import SINK_DDL
+from tests.e2e.test_file_sink_handover import TP, Offsets
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
-
-TP = TopicPartition("numbers", 0)
 
 
 @pytest.fixture(scope="module")
@@ -37,35 +36,6 @@ def spark() -> Iterator[SparkRuntime]:
         yield runtime
     finally:
         stop_spark()
-
-
-class Offsets(SinkTaskContext):
-    """The group's committed offsets, shared by every task instance (the coordinator)."""
-
-    def __init__(self) -> None:
-        self.committed_offsets: dict[TopicPartition, tuple[int, str]] = {}
-
-    @property
-    def configs(self) -> Mapping[str, str]:
-        return {}
-
-    def assignment(self) -> frozenset[TopicPartition]:
-        return frozenset([TP])
-
-    def offset(self, partition: TopicPartition, offset: int) -> None:
-        raise AssertionError("the directory sink resumes from its committed offsets")
-
-    def committed(self, partition: TopicPartition) -> tuple[int, str] | None:
-        return self.committed_offsets.get(partition)
-
-    def pause(self, *partitions: TopicPartition) -> None: ...
-
-    def resume(self, *partitions: TopicPartition) -> None: ...
-
-    def paused(self) -> frozenset[TopicPartition]:
-        return frozenset()
-
-    def request_commit(self) -> None: ...
 
 
 def numbered(i: int) -> str:

@@ -37,7 +37,7 @@ class Offsets(SinkTaskContext):
         return frozenset([TP])
 
     def offset(self, partition: TopicPartition, offset: int) -> None:
-        raise AssertionError("the file sink resumes from its committed offsets")
+        raise AssertionError("the sink resumes from its committed offsets")
 
     def committed(self, partition: TopicPartition) -> tuple[int, str] | None:
         return self.committed_offsets.get(partition)
