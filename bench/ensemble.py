@@ -642,6 +642,21 @@ def warm_up_server(
         measure_load(system, op, address, 1, server_pids, warm)
 
 
+def start_client(
+    ctx: multiprocessing.context.SpawnContext,
+    job: Any,
+    window: _procs.Window | None,
+    results: Any,
+    name: str,
+) -> multiprocessing.process.BaseProcess:
+    """One client process running ``job``: a daemon that ignores Ctrl-C (we stop it)."""
+    proc = ctx.Process(target=client_process, args=(job, window, results), name=name)
+    proc.daemon = True
+    with _procs.children_ignore_sigint():
+        proc.start()
+    return proc
+
+
 def measure_latency(system: str, address: str, settings: Settings) -> dict[str, Any]:
     """Synchronous writes from one client process: p50/p99 in milliseconds."""
     ctx = multiprocessing.get_context("spawn")
@@ -649,17 +664,15 @@ def measure_latency(system: str, address: str, settings: Settings) -> dict[str, 
     job = LatencyJob(
         system, address, settings.record_bytes, settings.sync_warmup, settings.sync_writes, 1
     )
-    proc = ctx.Process(target=client_process, args=(job, None, results), name=f"{system}-latency")
-    proc.daemon = True
+    procs = []
     finished = False
     try:
-        with _procs.children_ignore_sigint():
-            proc.start()
-        outcome = _procs.collect(results, [proc], "done", READY_TIMEOUT_S + settings.sync_writes)[0]
+        procs.append(start_client(ctx, job, None, results, f"{system}-latency"))
+        outcome = _procs.collect(results, procs, "done", READY_TIMEOUT_S + settings.sync_writes)[0]
         finished = True
     finally:
         # after a failure or Ctrl-C, stop it at once rather than wait for it
-        _procs.stop_processes([proc], grace=10 if finished else 0)
+        _procs.stop_processes(procs, grace=10 if finished else 0)
     return dict(outcome)
 
 
@@ -682,13 +695,7 @@ def measure_load(
             job = LoadJob(
                 system, op, address, settings.in_flight, settings.record_bytes, worker, 100 + worker
             )
-            proc = ctx.Process(
-                target=client_process, args=(job, window, results), name=f"{system}-{op}-{worker}"
-            )
-            proc.daemon = True
-            with _procs.children_ignore_sigint():
-                proc.start()
-            procs.append(proc)
+            procs.append(start_client(ctx, job, window, results, f"{system}-{op}-{worker}"))
         _procs.collect(results, procs, "ready", READY_TIMEOUT_S)
         start = time.monotonic() + settings.warmup_seconds
         stop = start + settings.seconds
@@ -1039,20 +1046,16 @@ def measure_failover(ensemble: Ensemble, runs: int, settings: Settings) -> dict[
         )
         ctx = multiprocessing.get_context("spawn")
         results = ctx.Queue()
-        proc = ctx.Process(
-            target=client_process, args=(job, None, results), name=f"{system}-failover-{run}"
-        )
-        proc.daemon = True
+        procs = []
         try:
-            with _procs.children_ignore_sigint():
-                proc.start()
-            _procs.collect(results, [proc], "ready", READY_TIMEOUT_S)
+            procs.append(start_client(ctx, job, None, results, f"{system}-failover-{run}"))
+            _procs.collect(results, procs, "ready", READY_TIMEOUT_S)
             time.sleep(FAILOVER_LOAD_S)
             killed_at = time.monotonic()
             ensemble.kill(leader.server_id)
-            outcome = _procs.collect(results, [proc], "done", FAILOVER_TIMEOUT_S + 30)[0]
+            outcome = _procs.collect(results, procs, "done", FAILOVER_TIMEOUT_S + 30)[0]
         finally:
-            _procs.stop_processes([proc], grace=5)
+            _procs.stop_processes(procs, grace=5)
         first = outcome["first_new_epoch_ack_at"]
         if first is None:
             raise RuntimeError(
@@ -1161,13 +1164,7 @@ def make_writes(
                 worker,
                 200 + worker,
             )
-            proc = ctx.Process(
-                target=client_process, args=(job, None, results), name=f"{system}-count-{worker}"
-            )
-            proc.daemon = True
-            with _procs.children_ignore_sigint():
-                proc.start()
-            procs.append(proc)
+            procs.append(start_client(ctx, job, None, results, f"{system}-count-{worker}"))
         _procs.collect(results, procs, "ready", READY_TIMEOUT_S)
         began = time.monotonic()
         _procs.collect(results, procs, "done", READY_TIMEOUT_S + writes / 50)

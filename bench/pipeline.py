@@ -82,7 +82,7 @@ def sha256_of(paths: Sequence[Path]) -> str:
     digest = hashlib.sha256()
     for path in paths:
         with open(path, "rb") as f:
-            for chunk in iter(lambda f=f: f.read(1 << 22), b""):
+            while chunk := f.read(1 << 22):
                 digest.update(chunk)
     return digest.hexdigest()
 
