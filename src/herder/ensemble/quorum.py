@@ -27,7 +27,8 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
 import msgspec
 
@@ -129,10 +130,11 @@ class QuorumNetwork:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 1.0)
 
-    def _spawn(self, coro: object) -> None:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # -- sending ----------------------------------------------------------------------
 
@@ -164,10 +166,7 @@ class QuorumNetwork:
             self._following = leader
             self._to_leader = (leader, None)
             self._to_leader_queue = [frame]
-            task = asyncio.get_running_loop().create_task(self._keep_leader_link(leader))
-            self._to_leader_task = task
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._to_leader_task = self._spawn(self._keep_leader_link(leader))
             return
         link = current[1]
         if link is None:
