@@ -3,6 +3,7 @@
     python bench/pipeline.py [--records N] [--line-bytes B] [--latency-samples K]
                              [--latency-rate R] [--driver-memory 2g] [--tmp-dir D] [--pretty]
                              [--consumer-max-records M] [--keep-work-dir]
+                             [--worker-log-level DEBUG]
 
 The benchmark writes N lines of B bytes (default 2,000,000 of 100) and measures, in one
 run, on 127.0.0.1 with fresh temporary directories:
@@ -211,7 +212,9 @@ def until(condition: Callable[[], bool], timeout: float, what: str, interval: fl
 class Herder:
     """One ensemble server and one worker, and the worker's REST API."""
 
-    def __init__(self, services: _procs.Services, work: Path, driver_memory: str) -> None:
+    def __init__(
+        self, services: _procs.Services, work: Path, driver_memory: str, log_level: str = "INFO"
+    ) -> None:
         client_port, rest_port = _procs.free_port(), _procs.free_port()
         data = work / "ensemble"
         data.mkdir()
@@ -240,7 +243,7 @@ class Herder:
         with _procs.children_ignore_sigint():
             self.worker = services.start(
                 "worker",
-                [*HERDER, "--log-level", "INFO", "worker", "start", "--config", str(worker_config)],
+                [*HERDER, "--log-level", log_level, "worker", "start", "--config", str(worker_config)],
             )
         self.url = f"http://127.0.0.1:{rest_port}"
         self.http = httpx.Client(timeout=60)
@@ -420,7 +423,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         figures["spark"] = spark
         _procs.progress(f"plain Spark: {spark['records_per_s']:,} lines/s")
         with _procs.Services(work) as services:
-            herder = Herder(services, work, args.driver_memory)
+            herder = Herder(services, work, args.driver_memory, args.worker_log_level)
             try:
                 # as long as a measured run: Spark's first big jobs compile and JIT
                 # their code, and plain Spark gets the same untimed warm-up
@@ -499,6 +502,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--tmp-dir", default=None)
     parser.add_argument("--pretty", action="store_true")
     parser.add_argument("--keep-work-dir", action="store_true")
+    parser.add_argument(
+        "--worker-log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
     args = parser.parse_args(argv)
     for name in ("records", "spark_runs", "latency_samples", "latency_rate"):
         if getattr(args, name) <= 0:

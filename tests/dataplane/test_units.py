@@ -69,6 +69,49 @@ def test_partition_state_follows_segments_start_and_tombstones() -> None:
     assert state.live() == [] and state.next_offset == 10
 
 
+def ordered_seg(base: int, *counts: int) -> Segment:
+    return Segment(
+        partition=0,
+        base_offset=base,
+        count=sum(counts),
+        files=[
+            f"_staging/t-e1/{base:010d}/topic=x/partition=0/f{i}.parquet"
+            for i in range(len(counts))
+        ],
+        bytes=100,
+        max_timestamp=0,
+        file_counts=list(counts),
+    )
+
+
+def test_segments_with_file_counts_say_which_offsets_each_file_holds() -> None:
+    segment = ordered_seg(10, 4, 6)
+    assert segment.ordered and not seg(0, 5).ordered
+    assert [(first, end) for _, first, end in segment.file_ranges()] == [(10, 14), (14, 20)]
+    with pytest.raises(ValueError, match="does not say"):
+        seg(0, 5).file_ranges()
+    # older segments, stored without the field, decode with none
+    assert state_of(seg(0, 5)).live()[0].file_counts is None
+    assert state_of(segment).live()[0].file_counts == [4, 6]
+
+
+def test_reads_stop_where_files_end() -> None:
+    state = state_of(ordered_seg(0, 4, 6), ordered_seg(10, 5), ordered_seg(15, 3, 3))
+    assert state.read_stop(0, 100) == 21  # everything
+    assert state.read_stop(0, 12) == 10  # the last file end within the budget
+    assert state.read_stop(0, 3) == 4  # a first file bigger than the budget, whole
+    assert state.read_stop(2, 3) == 4  # from inside a file: its end
+    assert state.read_stop(4, 11) == 15  # files of two segments
+    assert state.read_stop(16, 1) == 18
+    assert state.read_stop(21, 10) == 21  # nothing to read
+    # segments without file counts are cut at the budget, as before
+    mixed = state_of(ordered_seg(0, 4), seg(4, 10))
+    assert mixed.read_stop(0, 3) == 4
+    assert mixed.read_stop(0, 8) == 4  # stops before the segment it cannot cut at a file
+    assert mixed.read_stop(4, 3) == 7
+    assert mixed.read_stop(5, 100) == 14
+
+
 def test_retired_segments_are_invisible_but_kept_until_purged() -> None:
     state = state_of(seg(0, 5, retired=1_000), seg(5, 5), start=5)
     assert [s.base_offset for s in state.live()] == [5]

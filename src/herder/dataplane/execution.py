@@ -43,6 +43,7 @@ from herder.coordinator.apis import fencing_op
 from herder.coordinator.client import CoordinatorClient, Generation, GroupMember
 from herder.coordinator.offsets import TopicPartition as GroupPartition
 from herder.dataplane.fencing import connector_fence_id, current_epoch, task_fence_id
+from herder.dataplane.metadata import PartitionState
 from herder.dataplane.spark import spark_runtime
 from herder.dataplane.storage import Storage
 from herder.dataplane.topics import Topics, TxnRefused
@@ -543,13 +544,17 @@ class SinkExecution(_Execution):
         by_topic: dict[str, dict[int, tuple[int, int]]] = {}
         reached: dict[TopicPartition, int] = {}
         budget = max_records
+        states: dict[str, dict[int, PartitionState]] = {}
         for tp, position in sorted(self.positions.items()):
             if tp in self.context.paused() or budget <= 0:
                 continue
-            end = (await self.topics.end_offsets(tp.topic)).get(tp.partition, position)
-            if end <= position:
+            if tp.topic not in states:
+                states[tp.topic] = {s.partition: s for s in await self.topics.partitions(tp.topic)}
+            state = states[tp.topic].get(tp.partition)
+            # whole files: a file is read by one delivery, not by several
+            stop = position if state is None else state.read_stop(position, budget)
+            if stop <= position:
                 continue
-            stop = min(end, position + budget)
             budget -= stop - position
             by_topic.setdefault(tp.topic, {})[tp.partition] = (position, stop)
             reached[tp] = stop

@@ -113,6 +113,12 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     ``files`` are Parquet files relative to ``storage.root``; a record's offset is
     ``base_offset`` plus its ``seq`` column. ``delete_after_ms`` is set once retention
     retired the segment: readers no longer see it, and its files go after that time.
+
+    ``file_counts``, when the writer gives it, is the number of records in each file
+    and promises that the files, in their order, hold consecutive runs of ``seq``, each
+    file's rows in ``seq`` order: a reader then reads only the files it needs and gets
+    records in offset order without sorting them. Without it (a batch written across
+    partitions in one job) nothing is promised about where a record is.
     """
 
     partition: int
@@ -122,10 +128,26 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     bytes: int
     max_timestamp: int
     delete_after_ms: int | None = None
+    file_counts: list[int] | None = None
 
     @property
     def end_offset(self) -> int:
         return self.base_offset + self.count
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the files hold runs of offsets in order (see ``file_counts``)."""
+        return self.file_counts is not None
+
+    def file_ranges(self) -> list[tuple[str, int, int]]:
+        """(file, first offset, end offset) of each file; needs ``file_counts``."""
+        if self.file_counts is None:
+            raise ValueError("this segment does not say which records each file holds")
+        out, start = [], self.base_offset
+        for path, count in zip(self.files, self.file_counts, strict=True):
+            out.append((path, start, start + count))
+            start += count
+        return out
 
     @property
     def key(self) -> builtins.bytes:
@@ -227,6 +249,32 @@ class PartitionState:
             for s in self.live()
             if s.end_offset > from_offset and (to_offset is None or s.base_offset < to_offset)
         ]
+
+    def read_stop(self, position: int, budget: int) -> int:
+        """Where a read of about ``budget`` records from ``position`` should end.
+
+        Reads end where files end, so no file is read twice by consecutive reads: at
+        the last file end within ``budget`` records, or, if the first file reaching past
+        ``position`` is bigger than that, at its end (as Kafka returns a record batch
+        larger than the fetch limit, so a consumer always progresses). Segments that do
+        not say where their files end (see :attr:`Segment.file_counts`) are cut at
+        ``budget`` records. ``position`` itself if there is nothing to read.
+        """
+        end = self.next_offset
+        if end <= position:
+            return position
+        limit = position + budget
+        stop: int | None = None
+        for segment in self.overlapping(position, None):
+            if not segment.ordered:
+                return stop if stop is not None else min(end, limit)
+            for _path, _first, file_end in segment.file_ranges():
+                if file_end <= position:
+                    continue
+                if file_end > limit:
+                    return stop if stop is not None else file_end
+                stop = file_end
+        return stop if stop is not None else min(end, limit)
 
     @property
     def size_bytes(self) -> int:

@@ -12,6 +12,12 @@ the path stored in the ensemble) in a literal map, which costs a lookup per row 
 the plan small. The columns are those of Spark's Kafka source
 (:data:`~herder.connect.SINK_COLUMNS`).
 
+Segments that say which run of offsets each file holds (:attr:`Segment.file_counts
+<herder.dataplane.metadata.Segment.file_counts>`) are read file by file, only the files
+a read needs, filtered only where a file is partly wanted; and since each file's rows are
+in offset order, so is the union of their scans: an ordered read of them costs no sort.
+Other ordered reads are sorted by (partition, offset).
+
 The CLI reads a segment at a time with pyarrow instead: no JVM to start for a
 ``consume`` of a few records.
 """
@@ -19,6 +25,7 @@ The CLI reads a segment at a time with pyarrow instead: no JVM to start for a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -55,13 +62,28 @@ def slices_dataframe(
     *,
     ordered: bool = False,
 ) -> DataFrame:
-    """The records of ``slices`` as one DataFrame; sorted by (partition, offset) if ``ordered``."""
+    """The records of ``slices`` as one DataFrame; in (partition, offset) order if ``ordered``.
+
+    An ordered DataFrame's Spark partitions come in that order, each one's rows in it.
+    """
     from pyspark.sql import functions as F
 
     if not slices:
         return spark.createDataFrame([], SINK_DDL)
-    if sum(len(piece.segment.files) for piece in slices) <= MAX_FILES_UNIONED:
-        out = _file_by_file(spark, storage, topic, slices)
+    if all(piece.segment.ordered for piece in slices):
+        files = _files_of(slices)
+        if len(files) <= MAX_FILES_UNIONED:
+            # one scan per file, in order: a scan's partitions follow its file's row
+            # order, and a union keeps its inputs' partitions in order
+            return _file_by_file(spark, storage, topic, files)
+    elif sum(len(piece.segment.files) for piece in slices) <= MAX_FILES_UNIONED:
+        files = [
+            _FileRead(piece.segment.partition, piece.segment.base_offset, path,
+                      piece.from_offset, piece.to_offset, filtered=True)
+            for piece in slices
+            for path in piece.segment.files
+        ]  # fmt: skip
+        out = _file_by_file(spark, storage, topic, files)
         return out.orderBy("partition", "offset") if ordered else out
     pairs = []
     paths = []
@@ -97,32 +119,60 @@ def slices_dataframe(
     return out.orderBy("partition", "offset") if ordered else out
 
 
+@dataclass(frozen=True)
+class _FileRead:
+    """Offsets ``[from_offset, to_offset)`` of a segment's file; ``filtered`` if the
+    file holds records outside them."""
+
+    partition: int
+    base_offset: int
+    path: str
+    from_offset: int
+    to_offset: int
+    filtered: bool
+
+
+def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
+    """The files of ordered segments that hold records of ``slices``, in offset order."""
+    files = []
+    for piece in slices:
+        segment = piece.segment
+        for path, first, end in segment.file_ranges():
+            lo, hi = max(first, piece.from_offset), min(end, piece.to_offset)
+            if lo < hi:
+                files.append(
+                    _FileRead(segment.partition, segment.base_offset, path, lo, hi,
+                              filtered=lo > first or hi < end)
+                )  # fmt: skip
+    return files
+
+
 def _file_by_file(
-    spark: SparkSession, storage: Storage, topic: str, slices: Sequence[SegmentSlice]
+    spark: SparkSession, storage: Storage, topic: str, files: Sequence[_FileRead]
 ) -> DataFrame:
-    """The records of ``slices``, one Parquet scan per file, unioned."""
+    """The records of ``files``, one Parquet scan per file, unioned in their order."""
     from functools import reduce
 
     from pyspark.sql import functions as F
 
     parts = []
-    for piece in slices:
-        segment = piece.segment
-        lo = piece.from_offset - segment.base_offset
-        hi = piece.to_offset - segment.base_offset
-        for path in segment.files:
-            rows = spark.read.schema(FILE_DDL).parquet(storage.uri(path))
-            parts.append(
-                rows.where((F.col("seq") >= F.lit(lo)) & (F.col("seq") < F.lit(hi))).select(
-                    F.lit(topic).alias("topic"),
-                    F.lit(segment.partition).cast("int").alias("partition"),
-                    (F.lit(segment.base_offset).cast("long") + F.col("seq")).alias("offset"),
-                    F.timestamp_millis(F.col("timestamp")).alias("timestamp"),
-                    "key",
-                    "value",
-                    "headers",
-                )
+    for file in files:
+        rows = spark.read.schema(FILE_DDL).parquet(storage.uri(file.path))
+        if file.filtered:
+            lo = file.from_offset - file.base_offset
+            hi = file.to_offset - file.base_offset
+            rows = rows.where((F.col("seq") >= F.lit(lo)) & (F.col("seq") < F.lit(hi)))
+        parts.append(
+            rows.select(
+                F.lit(topic).alias("topic"),
+                F.lit(file.partition).cast("int").alias("partition"),
+                (F.lit(file.base_offset).cast("long") + F.col("seq")).alias("offset"),
+                F.timestamp_millis(F.col("timestamp")).alias("timestamp"),
+                "key",
+                "value",
+                "headers",
             )
+        )
     return reduce(lambda a, b: a.unionAll(b), parts)
 
 

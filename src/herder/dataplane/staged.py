@@ -18,6 +18,9 @@ class StagedSegment:
     files: list[str]
     bytes: int
     max_timestamp: int
+    #: records per file when the files hold runs of ``seq`` in order (see
+    #: :attr:`Segment.file_counts <herder.dataplane.metadata.Segment.file_counts>`)
+    file_counts: list[int] | None = None
 
 
 @dataclass(frozen=True)

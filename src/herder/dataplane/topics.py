@@ -416,6 +416,7 @@ class Topics:
                 files=part.files,
                 bytes=part.bytes,
                 max_timestamp=part.max_timestamp,
+                file_counts=part.file_counts,
             )
             tp = TopicPartition(part.topic, part.partition)
             segments[tp] = segment

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 from zlib import crc32
@@ -54,6 +55,8 @@ HEADERS_DDL = "array<struct<key:string,value:binary>>"
 SEQ = "seq"
 #: Records one Spark task writes when a batch of SourceRecords is staged.
 ROWS_PER_WRITE_TASK = 100_000
+#: Most records in one staged file: the unit a sink's delivery reads whole.
+MAX_RECORDS_PER_FILE = 1_000_000
 
 
 class SegmentWriter:
@@ -112,11 +115,17 @@ class SegmentWriter:
         def job() -> list[StagedSegment]:
             table = records_to_table(records, counts, sticky, now)
             # createDataFrame makes a Spark partition of every Arrow batch (10k rows),
-            # and each would write a file into every partition directory it touches
+            # and each would write a file into every partition directory it touches;
+            # coalescing keeps neighbouring rows together (without locality, coalesce
+            # groups consecutive partitions), so each file holds a run of ``seq``
             tasks = -(-table.num_rows // ROWS_PER_WRITE_TASK)
             df = self.spark.session.createDataFrame(table).coalesce(tasks)
-            _write(df, self.storage.uri(path))
-            return _describe(self.storage, path)
+            only = _single_partition(table)
+            if only is None:
+                _write(df, self.storage.uri(path))
+                return _describe(self.storage, path)
+            _write_partition(df, self.storage, path, *only)
+            return _describe(self.storage, path, ordered=True)
 
         segments = await self.spark.run(job, pool=self.pool)
         return self._staged_batch(batch, segments, topics)
@@ -156,9 +165,17 @@ class SegmentWriter:
         now = self.topics.clock()
         path = batch_dir(self.task, self.epoch, batch)
 
+        # one topic and no key or partition column: every row goes to one partition
+        single = topic is not None and not columns & {"partition", "key"}
+
         def job() -> list[StagedSegment]:
-            _write(_sequenced(df, topic, counts, sticky, now), self.storage.uri(path))
-            return _describe(self.storage, path)
+            rows = _sequenced(df, topic, counts, sticky, now)
+            if not single:
+                _write(rows, self.storage.uri(path))
+                return _describe(self.storage, path)
+            assert topic is not None
+            _write_partition(rows, self.storage, path, topic, sticky[topic])
+            return _describe(self.storage, path, ordered=True)
 
         segments = await self.spark.run(job, pool=self.pool)
         return self._staged_batch(batch, segments, topics)
@@ -196,16 +213,17 @@ class SegmentWriter:
                 .alias("timestamp"),
                 F.col(SEQ).cast("long").alias(SEQ),
             )
-            _write(rows, self.storage.uri(path))
-            segments = _describe(self.storage, path)
+            _write_partition(rows, self.storage, path, topic, sticky[topic])
+            segments = _describe(self.storage, path, ordered=True)
             if all(_numbers_its_rows(self.storage, s) for s in segments):
                 return segments
             log.info(
                 "task %s: batch %s does not number its rows 0..n-1; renumbering", self.task, path
             )
             self.storage.delete_dir(path)
-            _write(_sequenced(df.drop(SEQ), topic, counts, sticky, now), self.storage.uri(path))
-            return _describe(self.storage, path)
+            renumbered = _sequenced(df.drop(SEQ), topic, counts, sticky, now)
+            _write_partition(renumbered, self.storage, path, topic, sticky[topic])
+            return _describe(self.storage, path, ordered=True)
 
         segments = await self.spark.run(job, pool=self.pool)
         return self._staged_batch(batch, segments, topics)
@@ -351,12 +369,62 @@ def _sequenced(
 
 
 def _write(df: DataFrame, uri: str) -> None:
+    """Write a batch whose rows go to several partitions: a directory per partition."""
     columns = ["key", "value", "headers", "timestamp", "seq", "topic", "partition"]
-    df.select(*columns).write.partitionBy("topic", "partition").mode("errorifexists").parquet(uri)
+    (
+        df.select(*columns)
+        .write.partitionBy("topic", "partition")
+        .option("maxRecordsPerFile", MAX_RECORDS_PER_FILE)
+        .mode("errorifexists")
+        .parquet(uri)
+    )
 
 
-def _describe(storage: Storage, batch: str) -> list[StagedSegment]:
-    """The segments of a written batch, from its file listing and Parquet footers."""
+def _write_partition(
+    df: DataFrame, storage: Storage, batch: str, topic: str, partition: int
+) -> None:
+    """Write a batch whose rows all go to ``partition`` of ``topic``, into its directory.
+
+    Without ``partitionBy`` Spark adds no sort before writing, so each task's file holds
+    its rows in the order they come, and a task starts a new file (``c001``, …) every
+    :data:`MAX_RECORDS_PER_FILE` rows: the files, in order, hold runs of ``seq``.
+    """
+    uri = storage.uri(f"{batch}/topic={topic}/partition={partition}")
+    (
+        df.select("key", "value", "headers", "timestamp", "seq")
+        .write.option("maxRecordsPerFile", MAX_RECORDS_PER_FILE)
+        .mode("errorifexists")
+        .parquet(uri)
+    )
+
+
+def _single_partition(table: pa.Table) -> tuple[str, int] | None:
+    """The (topic, partition) of every row of a staged table, if they share one."""
+    if table.num_rows == 0:
+        return None
+    topics = pc.unique(table["topic"])
+    partitions = pc.unique(table["partition"])
+    if len(topics) != 1 or len(partitions) != 1:
+        return None
+    return topics[0].as_py(), partitions[0].as_py()
+
+
+_PART_FILE = re.compile(r"part-(\d+)-.*?\.c(\d+)(?:\.|$)")
+
+
+def _file_order(path: str) -> tuple[int, int, str]:
+    """Sorts Spark's output files by task, then by file within the task (``c000``, …)."""
+    found = _PART_FILE.match(path.rsplit("/", 1)[-1])
+    return (int(found[1]), int(found[2]), path) if found else (-1, -1, path)
+
+
+def _describe(storage: Storage, batch: str, *, ordered: bool = False) -> list[StagedSegment]:
+    """The segments of a written batch, from its file listing and Parquet footers.
+
+    ``ordered``: each partition's files were written in order, each a run of ``seq``
+    (see :func:`_write_partition`); the files' ``seq`` statistics confirm it, and the
+    segments then say how many records each file holds.
+    """
     found: dict[tuple[str, int], list[tuple[str, int]]] = {}
     for entry in storage.list_dir(batch, recursive=True):
         parts = entry.path[len(batch) + 1 :].split("/")
@@ -369,13 +437,14 @@ def _describe(storage: Storage, batch: str) -> list[StagedSegment]:
         found.setdefault(key, []).append((entry.path, entry.size))
     segments = []
     for (topic, partition), files in sorted(found.items()):
-        count, newest, kept = 0, -1, []
-        for path, _size in sorted(files):
+        count, newest, kept, counts = 0, -1, [], []
+        for path, _size in sorted(files, key=lambda f: _file_order(f[0])):
             rows, file_newest = _footer_summary(storage, path)
             if rows:
                 count += rows
                 newest = max(newest, file_newest)
                 kept.append(path)
+                counts.append(rows)
         if count:
             segments.append(
                 StagedSegment(
@@ -385,9 +454,44 @@ def _describe(storage: Storage, batch: str) -> list[StagedSegment]:
                     files=kept,
                     bytes=sum(size for path, size in files if path in kept),
                     max_timestamp=newest,
+                    file_counts=counts
+                    if ordered and _runs_in_order(storage, kept, counts)
+                    else None,
                 )
             )
     return segments
+
+
+def _runs_in_order(storage: Storage, files: Sequence[str], counts: Sequence[int]) -> bool:
+    """Whether each file's ``seq`` runs from where the previous file's ended, by its
+    footers' statistics (each file's least and greatest value against its count)."""
+    start = None
+    for path, count in zip(files, counts, strict=True):
+        low, high = _seq_range(storage, path)
+        if low is None or high is None or high - low + 1 != count:
+            return False
+        if start is not None and low != start:
+            return False
+        start = high + 1
+    return True
+
+
+def _seq_range(storage: Storage, path: str) -> tuple[int | None, int | None]:
+    """The least and greatest ``seq`` of a file, by its footer (None, None if unknown)."""
+    meta = storage.footer(path)
+    column = meta.schema.names.index(SEQ)
+    low: int | None = None
+    high: int | None = None
+    for index in range(meta.num_row_groups):
+        group = meta.row_group(index)
+        if group.num_rows == 0:
+            continue
+        stats = group.column(column).statistics
+        if stats is None or not stats.has_min_max:
+            return None, None
+        low = stats.min if low is None else min(low, stats.min)
+        high = stats.max if high is None else max(high, stats.max)
+    return low, high
 
 
 def _numbers_its_rows(storage: Storage, segment: StagedSegment) -> bool:
@@ -395,17 +499,11 @@ def _numbers_its_rows(storage: Storage, segment: StagedSegment) -> bool:
     value repeats, which a source that numbers its rows guarantees)."""
     low, high = None, None
     for path in segment.files:
-        meta = storage.footer(path)
-        column = meta.schema.names.index(SEQ)
-        for index in range(meta.num_row_groups):
-            group = meta.row_group(index)
-            if group.num_rows == 0:
-                continue
-            stats = group.column(column).statistics
-            if stats is None or not stats.has_min_max:
-                return False
-            low = stats.min if low is None else min(low, stats.min)
-            high = stats.max if high is None else max(high, stats.max)
+        file_low, file_high = _seq_range(storage, path)
+        if file_low is None or file_high is None:
+            return False
+        low = file_low if low is None else min(low, file_low)
+        high = file_high if high is None else max(high, file_high)
     return low == 0 and high == segment.count - 1
 
 

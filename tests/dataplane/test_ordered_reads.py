@@ -1,0 +1,123 @@
+"""Segments whose files hold runs of offsets are read file by file, in order, unsorted.
+
+A batch staged to one partition is written without Spark's ``partitionBy``, each file
+a run of ``seq`` (a task's rows, cut every ``MAX_RECORDS_PER_FILE``), and the segment
+records how many each file holds. Reading it back in offset order then needs no sort —
+the plan has neither a Sort nor an Exchange, even with scans split into several Spark
+partitions — and a read of some offsets scans only the files holding them. A batch
+across partitions promises nothing and is sorted when read in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herder.connect import SourceRecord
+from herder.dataplane import SegmentWriter, SparkRuntime, Storage
+from herder.dataplane import writer as writer_module
+from herder.dataplane.datasource import line_ranges_dataframe, number_lines, plan_line_ranges
+from tests.dataplane.conftest import connected
+from tests.integration.conftest import ServerHandle
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def executed_plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+@pytest.fixture
+def small_splits(spark: SparkRuntime) -> Iterator[None]:
+    """Scans cut into many Spark partitions, as big files are."""
+    conf = spark.session.conf
+    before = conf.get("spark.sql.files.maxPartitionBytes")
+    conf.set("spark.sql.files.maxPartitionBytes", "2048")
+    conf.set("spark.sql.files.openCostInBytes", "0")
+    try:
+        yield
+    finally:
+        conf.set("spark.sql.files.maxPartitionBytes", before)
+        conf.unset("spark.sql.files.openCostInBytes")
+
+
+async def test_single_partition_batches_are_read_in_order_without_a_sort(
+    ensemble: ServerHandle,
+    storage: Storage,
+    spark: SparkRuntime,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    small_splits: None,
+) -> None:
+    monkeypatch.setattr(writer_module, "MAX_RECORDS_PER_FILE", 1_500)
+    path = tmp_path / "backlog.txt"
+    lines = [b"line %06d " % i + b"y" * (i % 31) for i in range(6_000)]
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    size = path.stat().st_size
+    ranges, _ = number_lines(str(path), plan_line_ranges(str(path), 0, size, size // 3))
+    polled = [SourceRecord({}, {}, "ordered", b"polled %05d" % i) for i in range(4_000)]
+
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("ordered", 1)
+        writer = SegmentWriter(topics, spark, "ordered-0", 1)
+        df = await spark.run(
+            lambda: line_ranges_dataframe(spark.session, str(path), ranges, sequenced=True)
+        )
+        first = await writer.stage(df, "ordered")
+        # three ranges, each its task's file(s), each file at most 1,500 records
+        [segment] = first.segments
+        assert segment.file_counts is not None and sum(segment.file_counts) == len(lines)
+        assert len(segment.files) >= 4 and max(segment.file_counts) <= 1_500
+        await topics.commit(first)
+        second = await writer.stage(polled)  # keyless: one partition for the batch
+        [segment] = second.segments
+        assert segment.file_counts == [1_500, 1_500, 1_000]  # c000, c001, c002
+        await topics.commit(second)
+
+        everything = [*lines, *(r.value for r in polled)]
+        df = await topics.read("ordered", ordered=True)
+        assert df.rdd.getNumPartitions() > 7  # split scans, still in order
+        plan = executed_plan(df)
+        assert "Sort" not in plan and "Exchange" not in plan
+        got = await spark.run(df.collect)
+        assert [r["offset"] for r in got] == list(range(len(everything)))
+        assert [r["value"] for r in got] == everything
+
+        # offsets 5,000 to 7,000: the end of the first batch and the start of the second
+        df = await topics.read("ordered", {0: (5_000, 7_000)}, ordered=True)
+        got = await spark.run(df.collect)
+        assert [r["offset"] for r in got] == list(range(5_000, 7_000))
+        assert [r["value"] for r in got] == everything[5_000:7_000]
+        state = await topics.partition("ordered", 0)
+        wanted = [
+            f
+            for s in state.live()
+            for f, first_offset, end in s.file_ranges()
+            if first_offset < 7_000 and end > 5_000
+        ]
+        assert sorted(Path(p).name for p in df.inputFiles()) == sorted(Path(p).name for p in wanted)
+        assert len(wanted) < sum(len(s.files) for s in state.live())
+
+
+async def test_batches_across_partitions_promise_no_order_and_are_sorted(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    records = [
+        SourceRecord({}, {}, "spread", b"v%04d" % i, key=b"k%d" % (i % 5)) for i in range(500)
+    ]
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("spread", 3)
+        staged = await SegmentWriter(topics, spark, "spread-0", 1).stage(records)
+        assert len(staged.segments) == 3
+        assert all(s.file_counts is None for s in staged.segments)
+        await topics.commit(staged)
+        df = await topics.read("spread", ordered=True)
+        assert "Sort" in executed_plan(df)
+        got = await spark.run(df.collect)
+        assert [(r["partition"], r["offset"]) for r in got] == sorted(
+            (r["partition"], r["offset"]) for r in got
+        )
+        assert sorted(r["value"] for r in got) == sorted(r.value for r in records)
