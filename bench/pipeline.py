@@ -243,7 +243,8 @@ class Herder:
         with _procs.children_ignore_sigint():
             self.worker = services.start(
                 "worker",
-                [*HERDER, "--log-level", log_level, "worker", "start", "--config", str(worker_config)],
+                [*HERDER, "--log-level", log_level, "worker", "start"]
+                + ["--config", str(worker_config)],
             )
         self.url = f"http://127.0.0.1:{rest_port}"
         self.http = httpx.Client(timeout=60)
