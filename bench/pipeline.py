@@ -240,12 +240,9 @@ class Herder:
         _procs.wait_until(
             lambda: _procs.port_open(client_port), timeout=60, what="the ensemble server"
         )
+        command = [*HERDER, "--log-level", log_level, "worker", "start"]
         with _procs.children_ignore_sigint():
-            self.worker = services.start(
-                "worker",
-                [*HERDER, "--log-level", log_level, "worker", "start"]
-                + ["--config", str(worker_config)],
-            )
+            self.worker = services.start("worker", [*command, "--config", str(worker_config)])
         self.url = f"http://127.0.0.1:{rest_port}"
         self.http = httpx.Client(timeout=60)
 
