@@ -15,6 +15,7 @@ from herder.connectors.file import FileStreamSourceTask
 from herder.dataplane import SparkRuntime
 from herder.dataplane.datasource import (
     ByteRange,
+    balanced_split_bytes,
     last_line_end,
     line_ranges_dataframe,
     lines_to_array,
@@ -34,6 +35,19 @@ def write_lines(path: Path, count: int, first: int = 0, *, mode: str = "w") -> l
 def test_lines_split_like_file_stream_source() -> None:
     buffer = b"a\nbb\r\n\r\n\n\rc\nd\r\r\n"
     assert lines_to_array(buffer).to_pylist() == [b"a", b"bb", b"", b"", b"\rc", b"d\r"]
+    buffer = b"a\n\nbb\n\rc\rd\n\n"  # no CRLF: the fast path
+    assert lines_to_array(buffer).to_pylist() == [b"a", b"", b"bb", b"\rc\rd", b""]
+    assert lines_to_array(b"\n").to_pylist() == [b""]
+
+
+@pytest.mark.unit
+def test_backlogs_are_cut_into_a_multiple_of_the_cores() -> None:
+    mb = 1_000_000
+    assert balanced_split_bytes(200 * mb, 64 * mb, 2) == 50 * mb  # 4 ranges, not 3 + 1
+    assert balanced_split_bytes(100 * mb, 64 * mb, 2) == 50 * mb
+    assert balanced_split_bytes(100 * mb, 64 * mb, 8) == 12_500_000
+    assert balanced_split_bytes(10 * mb, 64 * mb, 1) == 10 * mb  # one range either way
+    assert balanced_split_bytes(200 * mb, 64 * mb, None) == 64 * mb  # unknown: as given
 
 
 @pytest.mark.unit

@@ -78,7 +78,8 @@ class FileStreamSourceConnector(SourceConnector):
                     " Spark's executors in parallel, by byte ranges, instead of in the task.")
             .define(PARALLEL_SPLIT_BYTES, Type.LONG, default=64 * 1024 * 1024,
                     validator=Range.at_least(1), importance=Importance.LOW,
-                    documentation="Bytes of the backlog one Spark task reads.")
+                    documentation="Most bytes of the backlog one Spark task reads (fewer when"
+                    " that gives every core the same share).")
             .define(PARALLEL_MAX_BYTES, Type.LONG, default=256 * 1024 * 1024,
                     validator=Range.at_least(1), importance=Importance.LOW,
                     documentation="Most bytes of the backlog one batch reads.")
@@ -163,6 +164,7 @@ class FileStreamSourceTask(SourceTask):
         """
         # imported here: they bring pyspark, which finding this plugin should not need
         from herder.dataplane.datasource import (
+            balanced_split_bytes,
             last_line_end,
             line_ranges_dataframe,
             number_lines,
@@ -177,10 +179,14 @@ class FileStreamSourceTask(SourceTask):
         )
         if end - self.position < self.parallel_min_bytes:
             return None
-        ranges = plan_line_ranges(self.path, self.position, end, self.parallel_split_bytes)
+        runtime = spark_runtime()
+        split = balanced_split_bytes(
+            end - self.position, self.parallel_split_bytes, runtime.parallelism
+        )
+        ranges = plan_line_ranges(self.path, self.position, end, split)
         # numbered here, each line gets its offset in the batch without a shuffle
         ranges, _ = number_lines(self.path, ranges)
-        data = line_ranges_dataframe(spark_runtime().session, self.path, ranges, sequenced=True)
+        data = line_ranges_dataframe(runtime.session, self.path, ranges, sequenced=True)
         log.info(
             "%s: reading bytes %d to %d in %d ranges on Spark's executors",
             self.path,

@@ -166,6 +166,14 @@ class SparkRuntime:
         """Start the session now (blocking) rather than on the first job."""
         return self.session
 
+    @property
+    def parallelism(self) -> int | None:
+        """How many tasks Spark runs at once by default (its ``defaultParallelism``);
+        None under Spark Connect, whose client cannot ask."""
+        if self.remote:
+            return None
+        return int(self.session.sparkContext.defaultParallelism)
+
     @contextlib.contextmanager
     def pool(self, name: str | None) -> Iterator[None]:
         """Run the jobs this thread submits inside in FAIR scheduler pool ``name``.
