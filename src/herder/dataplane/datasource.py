@@ -144,12 +144,12 @@ def number_lines(path: str, ranges: Sequence[ByteRange]) -> tuple[list[ByteRange
     return numbered, lines
 
 
-def lines_to_array(buffer: bytes) -> pa.BinaryArray:
+def lines_to_array(buffer: bytes | bytearray | memoryview) -> pa.BinaryArray:
     """The lines of ``buffer`` (which ends in ``\\n``) as one binary array, ``\\r\\n`` aware."""
     data = np.frombuffer(buffer, dtype=np.uint8)
     newline = data == _NEWLINE
     ends = np.flatnonzero(newline)
-    if b"\r\n" not in buffer:
+    if not _has_crlf(data, ends):
         # line i ends at ends[i]; with the i newlines before it taken out, at ends[i] - i
         offsets = np.empty(len(ends) + 1, dtype=np.int32)
         offsets[0] = 0
@@ -171,6 +171,12 @@ def lines_to_array(buffer: bytes) -> pa.BinaryArray:
     )
 
 
+def _has_crlf(data: np.ndarray, ends: np.ndarray) -> bool:
+    """Whether some line of ``data`` (ending at ``ends``) ends in ``\\r\\n``."""
+    inner = ends[ends > 0]
+    return bool(np.any(data[inner - 1] == _CARRIAGE_RETURN))
+
+
 def read_line_range(
     path: str, start: int, end: int, first_line: int | None = None
 ) -> Iterator[pa.RecordBatch]:
@@ -186,15 +192,19 @@ def read_line_range(
         position = start
         pending = b""
         while position < end:
-            chunk = f.read(min(READ_CHUNK_BYTES, end - position))
-            if not chunk:
+            # read straight into a buffer that begins with the last chunk's partial line
+            want = min(READ_CHUNK_BYTES, end - position)
+            buffer = bytearray(len(pending) + want)
+            buffer[: len(pending)] = pending
+            got = f.readinto(memoryview(buffer)[len(pending) :])
+            if not got:
                 raise OSError(f"{path} ended at byte {position}; lines up to {end} were planned")
-            position += len(chunk)
-            buffer = pending + chunk if pending else chunk
+            del buffer[len(pending) + got :]
+            position += got
             cut = buffer.rfind(b"\n") + 1
-            pending = buffer[cut:]
+            pending = bytes(buffer[cut:])
             if cut:
-                values = lines_to_array(buffer[:cut])
+                values = lines_to_array(memoryview(buffer)[:cut])
                 columns = [values]
                 if first_line is not None:
                     columns.append(pa.array(np.arange(line, line + len(values), dtype=np.int64)))
