@@ -226,3 +226,19 @@ def test_spark_connect_without_its_client_libraries_is_one_clear_error() -> None
     runtime = SparkRuntime(SparkSettings.from_properties({"spark.remote": "sc://127.0.0.1:1"}))
     with pytest.raises(ConfigError, match=r"pyspark\[connect\]"):
         runtime.start()
+
+
+def test_staged_files_sort_by_spark_task_then_by_file_within_it() -> None:
+    from herder.dataplane.writer import _file_order
+
+    uuid = "edd145f0-94b6-44d7-bbd6-5e71315c75aa"
+    names = [
+        f"d/part-{task:05d}-{uuid}-c{n:03d}.snappy.parquet"
+        for task in (1, 0)
+        for n in (1000, 999, 0)
+    ]
+    assert sorted(names, key=_file_order) == [
+        f"d/part-{task:05d}-{uuid}-c{n:03d}.snappy.parquet"
+        for task in (0, 1)
+        for n in (0, 999, 1000)
+    ]

@@ -193,6 +193,7 @@ class FileStreamSourceTask(SourceTask):
         )
         if end - self.position < self.parallel_min_bytes:
             return None
+        began = time.monotonic()
         runtime = spark_runtime()
         split = balanced_split_bytes(
             end - self.position, self.parallel_split_bytes, runtime.parallelism
@@ -202,11 +203,12 @@ class FileStreamSourceTask(SourceTask):
         ranges, _ = number_lines(self.path, ranges)
         data = line_ranges_dataframe(runtime.session, self.path, ranges, sequenced=True)
         log.info(
-            "%s: reading bytes %d to %d in %d ranges on Spark's executors",
+            "%s: reading bytes %d to %d in %d ranges on Spark's executors (planned in %.3f s)",
             self.path,
             self.position,
             end,
             len(ranges),
+            time.monotonic() - began,
         )
         self.position = end
         self._pending = b""

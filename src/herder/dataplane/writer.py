@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 from zlib import crc32
@@ -213,9 +214,19 @@ class SegmentWriter:
                 .alias("timestamp"),
                 F.col(SEQ).cast("long").alias(SEQ),
             )
+            began = time.monotonic()
             _write_partition(rows, self.storage, path, topic, sticky[topic])
+            written = time.monotonic()
             segments = _describe(self.storage, path, ordered=True)
-            if all(_numbers_its_rows(self.storage, s) for s in segments):
+            numbered = all(_numbers_its_rows(self.storage, s) for s in segments)
+            log.debug(
+                "task %s: Spark wrote batch %s in %.3f s, described in %.3f s",
+                self.task,
+                path,
+                written - began,
+                time.monotonic() - written,
+            )
+            if numbered:
                 return segments
             log.info(
                 "task %s: batch %s does not number its rows 0..n-1; renumbering", self.task, path
@@ -409,7 +420,7 @@ def _single_partition(table: pa.Table) -> tuple[str, int] | None:
     return topics[0].as_py(), partitions[0].as_py()
 
 
-_PART_FILE = re.compile(r"part-(\d+)-.*?\.c(\d+)(?:\.|$)")
+_PART_FILE = re.compile(r"part-(\d+)-.*-c(\d+)(?:\.|$)")
 
 
 def _file_order(path: str) -> tuple[int, int, str]:
