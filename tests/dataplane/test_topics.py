@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import itertools
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -441,3 +442,50 @@ async def test_a_source_creates_its_topic_with_the_configured_partitions(
     finally:
         stopping.set()
         await asyncio.to_thread(runner.join, 30)
+
+
+async def test_files_leave_out_what_every_record_shares(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    import pyarrow.parquet as pq
+
+    now = int(time.time() * 1000)  # recent: retention passes elsewhere leave them alone
+    plain = [SourceRecord({}, {}, "lean", b"v%d" % i, timestamp_ms=now) for i in range(5)]
+    rich = [
+        SourceRecord({}, {}, "lean", b"w0", key=b"k", headers=[("h", b"1")], timestamp_ms=now - 7),
+        SourceRecord({}, {}, "lean", b"w1", timestamp_ms=now - 9),
+    ]
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("lean", 1)
+        writer = SegmentWriter(topics, spark, "lean-0", 1)
+        for batch in (plain, rich):
+            await topics.commit(await writer.stage(batch))
+        state = await topics.partition("lean", 0)
+        first, second = state.live()
+        columns = [pq.read_schema(storage.fs_path(s.files[0])).names for s in (first, second)]
+        assert columns[0] == ["value", "seq"]  # no keys, no headers, one timestamp
+        assert columns[1] == ["key", "value", "headers", "timestamp", "seq"]
+        assert first.max_timestamp == now
+
+        expected = [
+            *((None, f"v{i}".encode(), [], now) for i in range(5)),
+            (b"k", b"w0", [("h", b"1")], now - 7),
+            (None, b"w1", [], now - 9),
+        ]
+        rows = await collect(spark, await topics.read("lean", ordered=True))
+        assert [
+            (
+                r["key"],
+                r["value"],
+                [(h["key"], h["value"]) for h in r["headers"]],
+                round(r["timestamp"].timestamp() * 1000),  # naive, local time, as Spark gives
+            )
+            for r in rows
+        ] == expected
+        slices = await topics.plan_read("lean")
+        tables = [slice_table(storage, s).to_pylist() for s in slices]
+        assert [
+            (r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]], r["timestamp"])
+            for t in tables
+            for r in t
+        ] == expected

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from herder.dataplane.records import HEADER_TYPE, SEGMENT_COLUMNS
+from herder.dataplane.records import HEADER_TYPE, SEGMENT_SCHEMA
 from herder.dataplane.storage import Storage
 from herder.dataplane.topics import SegmentSlice
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 #: The schema of a segment file, as Spark reads it.
 FILE_DDL = (
@@ -79,7 +79,8 @@ def slices_dataframe(
     elif sum(len(piece.segment.files) for piece in slices) <= MAX_FILES_UNIONED:
         files = [
             _FileRead(piece.segment.partition, piece.segment.base_offset, path,
-                      piece.from_offset, piece.to_offset, filtered=True)
+                      piece.from_offset, piece.to_offset, filtered=True,
+                      timestamp=piece.segment.max_timestamp)
             for piece in slices
             for path in piece.segment.files
         ]  # fmt: skip
@@ -94,6 +95,7 @@ def slices_dataframe(
             F.lit(segment.base_offset).cast("long").alias("base"),
             F.lit(piece.from_offset - segment.base_offset).cast("long").alias("lo"),
             F.lit(piece.to_offset - segment.base_offset).cast("long").alias("hi"),
+            F.lit(segment.max_timestamp).cast("long").alias("timestamp"),
         )
         for path in segment.files:
             pairs += [F.lit(path), where]
@@ -111,12 +113,27 @@ def slices_dataframe(
         F.lit(topic).alias("topic"),
         F.col("_segment.partition").alias("partition"),
         (F.col("_segment.base") + F.col("seq")).alias("offset"),
-        F.timestamp_millis(F.col("timestamp")).alias("timestamp"),
+        _timestamp(F.col("_segment.timestamp")),
         "key",
         "value",
-        "headers",
+        _headers(),
     )
     return out.orderBy("partition", "offset") if ordered else out
+
+
+def _timestamp(shared: Column) -> Column:
+    """Each record's timestamp: its own, or, in a file without them, ``shared``."""
+    from pyspark.sql import functions as F
+
+    return F.timestamp_millis(F.coalesce(F.col("timestamp"), shared)).alias("timestamp")
+
+
+def _headers() -> Column:
+    """Each record's headers; none (an empty list) in a file without them."""
+    from pyspark.sql import functions as F
+
+    empty = F.array().cast("array<struct<key:string,value:binary>>")
+    return F.coalesce(F.col("headers"), empty).alias("headers")
 
 
 @dataclass(frozen=True)
@@ -130,6 +147,8 @@ class _FileRead:
     from_offset: int
     to_offset: int
     filtered: bool
+    #: the segment's newest timestamp: every record's, in a file without them
+    timestamp: int
 
 
 def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
@@ -142,7 +161,8 @@ def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
             if lo < hi:
                 files.append(
                     _FileRead(segment.partition, segment.base_offset, path, lo, hi,
-                              filtered=lo > first or hi < end)
+                              filtered=lo > first or hi < end,
+                              timestamp=segment.max_timestamp)
                 )  # fmt: skip
     return files
 
@@ -167,10 +187,10 @@ def _file_by_file(
                 F.lit(topic).alias("topic"),
                 F.lit(file.partition).cast("int").alias("partition"),
                 (F.lit(file.base_offset).cast("long") + F.col("seq")).alias("offset"),
-                F.timestamp_millis(F.col("timestamp")).alias("timestamp"),
+                _timestamp(F.lit(file.timestamp).cast("long")),
                 "key",
                 "value",
-                "headers",
+                _headers(),
             )
         )
     return reduce(lambda a, b: a.unionAll(b), parts)
@@ -192,7 +212,17 @@ SLICE_SCHEMA = pa.schema(
 def slice_table(storage: Storage, piece: SegmentSlice) -> pa.Table:
     """The records of one slice, read with pyarrow, in offset order (timestamps in ms)."""
     segment = piece.segment
-    table = storage.read_table(segment.files, columns=list(SEGMENT_COLUMNS))
+    table = storage.read_table(segment.files, schema=SEGMENT_SCHEMA)
+    if table["headers"].null_count:
+        no_headers = pa.array([[]] * table.num_rows, HEADER_TYPE)
+        table = table.set_column(
+            table.schema.get_field_index("headers"),
+            "headers",
+            pc.if_else(pc.is_null(table["headers"]), no_headers, table["headers"]),
+        )
+    if table["timestamp"].null_count:
+        stamps = pc.fill_null(table["timestamp"], pa.scalar(segment.max_timestamp, pa.int64()))
+        table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", stamps)
     offsets = pc.add(table["seq"], pa.scalar(segment.base_offset, pa.int64()))
     wanted = pc.and_(
         pc.greater_equal(offsets, piece.from_offset), pc.less(offsets, piece.to_offset)

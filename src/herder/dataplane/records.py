@@ -38,8 +38,10 @@ STAGE_SCHEMA = pa.schema(
         ("seq", pa.int64()),
     ]
 )
-#: The columns of a segment file.
-SEGMENT_COLUMNS = ("key", "value", "headers", "timestamp", "seq")
+#: The columns of a segment file; one may leave out ``key`` (no keys), ``headers`` (no
+#: headers) and ``timestamp`` (all its segment's ``max_timestamp``), see :mod:`.writer`.
+SEGMENT_SCHEMA = pa.schema([f for f in STAGE_SCHEMA if f.name not in ("topic", "partition")])
+SEGMENT_COLUMNS = tuple(SEGMENT_SCHEMA.names)
 
 
 def key_partition(key: bytes, partitions: int) -> int:

@@ -152,7 +152,14 @@ class Storage:
     def footer(self, rel: str) -> pq.FileMetaData:
         return pq.read_metadata(self.fs_path(rel), filesystem=self.fs)
 
-    def read_table(self, files: Iterable[str], columns: list[str] | None = None) -> pa.Table:
-        """The Parquet ``files`` as one Arrow table."""
+    def read_table(
+        self,
+        files: Iterable[str],
+        columns: list[str] | None = None,
+        schema: pa.Schema | None = None,
+    ) -> pa.Table:
+        """The Parquet ``files`` as one Arrow table (of ``schema``: columns a file lacks
+        are null)."""
         paths = [self.fs_path(f) for f in files]
-        return pq.ParquetDataset(paths, filesystem=self.fs, partitioning=None).read(columns=columns)
+        dataset = pq.ParquetDataset(paths, filesystem=self.fs, partitioning=None, schema=schema)
+        return dataset.read(columns=columns)

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from herder.connect.records import SOURCE_BATCH_COLUMNS, SourceRecord
 from herder.dataplane.metadata import Topic
-from herder.dataplane.records import records_to_table
+from herder.dataplane.records import SEGMENT_COLUMNS, records_to_table
 from herder.dataplane.spark import SparkRuntime
 from herder.dataplane.staged import StagedBatch, StagedSegment
 from herder.dataplane.storage import Storage, batch_dir, check_task_name, writer_dir
@@ -120,13 +120,15 @@ class SegmentWriter:
             # coalescing keeps neighbouring rows together (without locality, coalesce
             # groups consecutive partitions), so each file holds a run of ``seq``
             tasks = -(-table.num_rows // ROWS_PER_WRITE_TASK)
-            df = self.spark.session.createDataFrame(table).coalesce(tasks)
             only = _single_partition(table)
             if only is None:
+                df = self.spark.session.createDataFrame(table).coalesce(tasks)
                 _write(df, self.storage.uri(path))
                 return _describe(self.storage, path)
+            table, shared = _lean(table.drop_columns(["topic", "partition"]))
+            df = self.spark.session.createDataFrame(table).coalesce(tasks)
             _write_partition(df, self.storage, path, *only)
-            return _describe(self.storage, path, ordered=True)
+            return _describe(self.storage, path, ordered=True, timestamp=shared)
 
         segments = await self.spark.run(job, pool=self.pool)
         return self._staged_batch(batch, segments, topics)
@@ -199,25 +201,18 @@ class SegmentWriter:
         def job() -> list[StagedSegment]:
             from pyspark.sql import functions as F
 
-            rows = df.select(
-                F.lit(topic).alias("topic"),
-                F.lit(sticky[topic]).cast("int").alias("partition"),
-                F.lit(None).cast("binary").alias("key"),
-                F.col("value").cast("binary").alias("value"),
-                F.array().cast(HEADERS_DDL).alias("headers"),
-                (
-                    F.coalesce(F.unix_millis(F.col("timestamp")), F.lit(now))
-                    if "timestamp" in df.columns
-                    else F.lit(now)
-                )
-                .cast("long")
-                .alias("timestamp"),
-                F.col(SEQ).cast("long").alias(SEQ),
-            )
+            # no keys, no headers and, unless the rows have their own, one timestamp:
+            # the files leave those columns out (see _lean)
+            columns = [F.col("value").cast("binary").alias("value")]
+            if "timestamp" in df.columns:
+                stamp = F.coalesce(F.unix_millis(F.col("timestamp")), F.lit(now))
+                columns.append(stamp.cast("long").alias("timestamp"))
+            rows = df.select(*columns, F.col(SEQ).cast("long").alias(SEQ))
+            shared = None if "timestamp" in df.columns else now
             began = time.monotonic()
             _write_partition(rows, self.storage, path, topic, sticky[topic])
             written = time.monotonic()
-            segments = _describe(self.storage, path, ordered=True)
+            segments = _describe(self.storage, path, ordered=True, timestamp=shared)
             numbered = all(_numbers_its_rows(self.storage, s) for s in segments)
             log.debug(
                 "task %s: Spark wrote batch %s in %.3f s, described in %.3f s",
@@ -402,11 +397,31 @@ def _write_partition(
     """
     uri = storage.uri(f"{batch}/topic={topic}/partition={partition}")
     (
-        df.select("key", "value", "headers", "timestamp", "seq")
+        df.select(*(c for c in SEGMENT_COLUMNS if c in df.columns))
         .write.option("maxRecordsPerFile", MAX_RECORDS_PER_FILE)
         .mode("errorifexists")
         .parquet(uri)
     )
+
+
+def _lean(table: pa.Table) -> tuple[pa.Table, int | None]:
+    """``table`` without the columns a segment file may leave out, and the timestamp
+    every row shares if that column went (None if it stayed).
+
+    A file without ``key`` has no keys, without ``headers`` no headers, and without
+    ``timestamp`` every record has its segment's ``max_timestamp``: readers fill them in
+    (:mod:`.reader`). Polls of keyless lines, the common case, then write two columns.
+    """
+    drop, shared = [], None
+    if table["key"].null_count == table.num_rows:
+        drop.append("key")
+    if not pc.max(pc.list_value_length(table["headers"])).as_py():
+        drop.append("headers")
+    low, high = pc.min_max(table["timestamp"]).values()
+    if low.as_py() == high.as_py():
+        drop.append("timestamp")
+        shared = low.as_py()
+    return table.drop_columns(drop), shared
 
 
 def _single_partition(table: pa.Table) -> tuple[str, int] | None:
@@ -429,12 +444,15 @@ def _file_order(path: str) -> tuple[int, int, str]:
     return (int(found[1]), int(found[2]), path) if found else (-1, -1, path)
 
 
-def _describe(storage: Storage, batch: str, *, ordered: bool = False) -> list[StagedSegment]:
+def _describe(
+    storage: Storage, batch: str, *, ordered: bool = False, timestamp: int | None = None
+) -> list[StagedSegment]:
     """The segments of a written batch, from its file listing and Parquet footers.
 
     ``ordered``: each partition's files were written in order, each a run of ``seq``
     (see :func:`_write_partition`); the files' ``seq`` statistics confirm it, and the
-    segments then say how many records each file holds.
+    segments then say how many records each file holds. ``timestamp``: the one every
+    record has, for files written without that column.
     """
     found: dict[tuple[str, int], list[tuple[str, int]]] = {}
     for entry in storage.list_dir(batch, recursive=True):
@@ -450,7 +468,7 @@ def _describe(storage: Storage, batch: str, *, ordered: bool = False) -> list[St
     for (topic, partition), files in sorted(found.items()):
         count, newest, kept, counts = 0, -1, [], []
         for path, _size in sorted(files, key=lambda f: _file_order(f[0])):
-            rows, file_newest = _footer_summary(storage, path)
+            rows, file_newest = _footer_summary(storage, path, timestamp)
             if rows:
                 count += rows
                 newest = max(newest, file_newest)
@@ -518,9 +536,14 @@ def _numbers_its_rows(storage: Storage, segment: StagedSegment) -> bool:
     return low == 0 and high == segment.count - 1
 
 
-def _footer_summary(storage: Storage, path: str) -> tuple[int, int]:
-    """(rows, newest timestamp) of one Parquet file, from its footer where it can."""
+def _footer_summary(storage: Storage, path: str, shared: int | None) -> tuple[int, int]:
+    """(rows, newest timestamp) of one Parquet file, from its footer where it can;
+    ``shared`` is every row's timestamp if the file has no such column."""
     meta = storage.footer(path)
+    if "timestamp" not in meta.schema.names:
+        if shared is None:
+            raise RuntimeError(f"{path} has no timestamp column and none was given for it")
+        return meta.num_rows, shared
     column = meta.schema.names.index("timestamp")
     newest = -1
     for index in range(meta.num_row_groups):
