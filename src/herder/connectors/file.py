@@ -318,14 +318,17 @@ class FileStreamSinkTask(SinkTask):
         self._length = min(size, length)
 
     def put(self, df: DataFrame) -> None:
-        from pyspark.sql import functions as F
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-        # each value and its newline made in Spark, so the lines arrive as Arrow arrays
-        # whose data buffers are the file's bytes, in order: no Python object per line
-        line = F.concat(F.coalesce(F.col("value"), F.lit(b"")), F.lit(b"\n"))
-        table = df.select(line.alias("line")).toArrow()
-        for chunk in table.column(0).chunks:
-            data = _binary_data(chunk)
+        empty, newline = pa.scalar(b"", pa.binary()), pa.scalar(b"\n", pa.binary())
+        for chunk in df.select("value").toArrow().column(0).chunks:
+            # each value and its newline joined by Arrow: the lines' data buffer is the
+            # file's bytes, in order, with no Python object per line
+            lines = pc.binary_join_element_wise(
+                chunk, empty, newline, null_handling="replace", null_replacement=""
+            )
+            data = _binary_data(lines)
             if data:
                 os.pwrite(self._fd, data, self._length)
                 self._length += len(data)
