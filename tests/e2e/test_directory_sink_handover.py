@@ -145,3 +145,29 @@ def test_partitions_of_one_batch_get_a_file_each(
         got = reader.load(str(tmp_path / name)).collect()
         # each file keeps its partition's offset order
         assert [(r["n"], r["s"]) for r in got] == [(i, f"v{i}") for i in range(first, last)]
+
+
+def test_a_task_removes_what_its_crashed_predecessors_left_half_written(
+    spark: SparkRuntime, tmp_path: Path
+) -> None:
+    temps = tmp_path / "_tmp"
+    left = {
+        name: temps / name
+        for name in (f"task0-{'a' * 32}-3", f"task1-{'b' * 32}-0", f"task2-{'c' * 32}-7", "other")
+    }
+    for path in left.values():
+        path.mkdir(parents=True)
+        (path / "part-00000.txt").write_text("half written\n")
+    offsets = Offsets()
+    task = DirectorySinkTask()
+    task.initialize(offsets)
+    # task 0 of 2: its own number's leftovers go, and those of a task 2 no longer run
+    task.start({"directory": str(tmp_path), "format": "text", "topics": TP.topic,
+                "task.index": "0", "task.count": "2"})  # fmt: skip
+    assert sorted(p.name for p in temps.iterdir()) == ["other", f"task1-{'b' * 32}-0"]
+    task.open([TP])
+    deliver(spark, task, offsets, 0, 3)
+    assert lines_in(tmp_path) == [numbered(i) for i in range(3)]
+    assert sorted(p.name for p in temps.iterdir()) == ["other", f"task1-{'b' * 32}-0"]
+    task.close([TP])
+    task.stop()

@@ -77,6 +77,10 @@ SOURCE_FORMATS = ("parquet", "csv", "json")
 SINK_FORMATS = ("parquet", "csv", "json", "text")
 _EXTENSIONS = {"parquet": "parquet", "csv": "csv", "json": "json", "text": "txt"}
 TEMP_DIR = "_tmp"
+#: Set on each DirectorySink task's config: its number, and how many tasks there are.
+TASK_INDEX = "task.index"
+TASK_COUNT = "task.count"
+_TEMP = re.compile(r"task(?P<index>\d+)-(?P<run>[0-9a-f]{32})-\d+")
 _OUTPUT = re.compile(r"(?P<topic>.+)\+(?P<partition>\d+)\+(?P<base>\d{20})\.(?P<ext>\w+)")
 
 
@@ -279,8 +283,12 @@ class DirectorySinkConnector(SinkConnector):
         return DirectorySinkTask
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        # files are per partition, so any number of tasks can share the directory
-        return [dict(self.config) for _ in range(max_tasks)]
+        # files are per partition, so any number of tasks can share the directory; each
+        # knows its number, to clean up what an earlier instance of it left in _tmp/
+        return [
+            {**self.config, TASK_INDEX: str(i), TASK_COUNT: str(max_tasks)}
+            for i in range(max_tasks)
+        ]
 
     def stop(self) -> None:
         return None
@@ -324,8 +332,10 @@ class DirectorySinkTask(SinkTask):
         self.schema: str = settings[SCHEMA]
         self.csv_header: bool = settings[CSV_HEADER]
         os.makedirs(self.directory, exist_ok=True)
-        self._temp_prefix = uuid.uuid4().hex
+        index, count = int(config.get(TASK_INDEX, 0)), int(config.get(TASK_COUNT, 1))
+        self._temp_prefix = f"task{index}-{uuid.uuid4().hex}"
         self._temps = itertools.count()
+        self._remove_leftovers(index, count)
         #: the first offset of each owned partition's next batch
         self.bases: dict[TopicPartition, int] = {}
 
@@ -339,6 +349,27 @@ class DirectorySinkTask(SinkTask):
                     # written, never committed: the records will come again from ``base``
                     os.unlink(os.path.join(self.directory, name))
                     log.info("%s: removed %s, written after the last commit", self.directory, name)
+
+    def _remove_leftovers(self, index: int, count: int) -> None:
+        """Delete what earlier instances of this task (and, for task 0, tasks numbered
+        past the current count) left half written in ``_tmp/`` when they crashed.
+
+        An earlier instance may still be running, a zombie: its write then fails, as
+        its commit would have been refused anyway.
+        """
+        temps = os.path.join(self.directory, TEMP_DIR)
+        try:
+            names = os.listdir(temps)
+        except FileNotFoundError:
+            return
+        for name in names:
+            found = _TEMP.fullmatch(name)
+            if found is None or name.startswith(self._temp_prefix):
+                continue
+            owner = int(found["index"])
+            if owner == index or (index == 0 and owner >= count):
+                shutil.rmtree(os.path.join(temps, name), ignore_errors=True)
+                log.info("%s: removed %s, left by an earlier instance", self.directory, name)
 
     def _outputs(self, tp: TopicPartition) -> list[tuple[str, int]]:
         found = []
