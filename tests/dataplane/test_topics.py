@@ -7,13 +7,15 @@ import datetime as dt
 import itertools
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from zlib import crc32
 
 import pytest
 
-from herder.connect import SourceRecord, TopicPartition
+from herder.connect import SourceRecord, SourceTask, TopicPartition
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage, TxnRefused
 from herder.dataplane.reader import slice_table
 from herder.ensemble.client import EnsembleClient
@@ -380,68 +382,91 @@ async def test_workers_run_retention_on_their_own(
             await asyncio.sleep(0.1)
 
 
-class _ThreeRecords:
-    """A source task's poll: three records once, then nothing."""
+class _PollsOnce(SourceTask):
+    """A source task whose first poll returns ``records``, and every later one nothing."""
 
-    def __init__(self, topic: str) -> None:
-        from herder.connect import SourceRecord
+    def __init__(self, records: list[SourceRecord]) -> None:
+        self.batches = [records]
 
-        self.batches = [[SourceRecord({"p": 0}, {"n": i}, topic, b"v%d" % i) for i in range(3)]]
+    def start(self, config: dict[str, str]) -> None:
+        pass
+
+    def poll(self) -> list[SourceRecord] | None:
+        return self.batches.pop() if self.batches else None
+
+    def stop(self) -> None:
+        pass
+
+
+@asynccontextmanager
+async def running_source(
+    ensemble: ServerHandle, storage: Storage, name: str, task: SourceTask, settings: dict[str, str]
+) -> AsyncIterator[None]:
+    """``task`` run by a real source execution (its own thread and loop) meanwhile."""
+    import threading
+
+    from herder.dataplane.execution import TaskExecutions
+    from herder.runtime.protocol import ConnectorTaskId
+    from herder.runtime.worker_config import WorkerConfig
+
+    executions = TaskExecutions(
+        WorkerConfig.from_properties(
+            {"group.id": name, "bootstrap.servers": ensemble.bootstrap,
+             "storage.root": storage.root}
+        )
+    )  # fmt: skip
+    execution = executions(ConnectorTaskId(name, 0), task, settings, {"connector.class": "x"})
+    stopping, paused = threading.Event(), threading.Event()
+    runner = threading.Thread(target=execution.run, args=(stopping, paused))
+    runner.start()
+    try:
+        yield
+    finally:
+        stopping.set()
+        await asyncio.to_thread(runner.join, 30)
+
+
+async def wait_for_records(topics: Any, topic: str, count: int, what: str) -> dict[int, int]:
+    """The end offsets of ``topic`` once they add up to ``count`` (within 60 s)."""
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:
+        try:
+            ends = await topics.end_offsets(topic)
+        except HerderError:
+            ends = {}
+        if sum(ends.values()) == count:
+            return ends
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.1)
 
 
 async def test_a_source_creates_its_topic_with_the_configured_partitions(
     ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
 ) -> None:
-    import threading
-
-    from herder.connect import SourceTask
-    from herder.dataplane.execution import TaskExecutions
-    from herder.runtime.protocol import ConnectorTaskId
-    from herder.runtime.worker_config import WorkerConfig
-
-    records = _ThreeRecords("autocreated")
-
-    class Task(SourceTask):
-        def start(self, config: dict[str, str]) -> None:
-            pass
-
-        def poll(self):  # type: ignore[no-untyped-def]
-            return records.batches.pop() if records.batches else None
-
-        def stop(self) -> None:
-            pass
-
-    executions = TaskExecutions(
-        WorkerConfig.from_properties(
-            {"group.id": "autocreate", "bootstrap.servers": ensemble.bootstrap,
-             "storage.root": storage.root}
-        )
-    )  # fmt: skip
-    execution = executions(
-        ConnectorTaskId("autocreate", 0),
-        Task(),
-        {"topic.creation.default.partitions": "3", "batch.max.ms": "50"},
-        {"connector.class": "x"},
+    task = _PollsOnce(
+        [SourceRecord({"p": 0}, {"n": i}, "autocreated", b"v%d" % i) for i in range(3)]
     )
-    stopping, paused = threading.Event(), threading.Event()
-    runner = threading.Thread(target=execution.run, args=(stopping, paused))
-    runner.start()
-    try:
-        async with connected(ensemble, storage, spark) as topics:
-            deadline = asyncio.get_running_loop().time() + 60
-            while True:
-                try:
-                    ends = await topics.end_offsets("autocreated")
-                except HerderError:
-                    ends = {}
-                if sum(ends.values()) == 3:
-                    break
-                assert asyncio.get_running_loop().time() < deadline, "no records arrived"
-                await asyncio.sleep(0.1)
-            assert len(ends) == 3, "the topic got topic.creation.default.partitions partitions"
-    finally:
-        stopping.set()
-        await asyncio.to_thread(runner.join, 30)
+    settings = {"topic.creation.default.partitions": "3", "batch.max.ms": "50"}
+    async with (
+        running_source(ensemble, storage, "autocreate", task, settings),
+        connected(ensemble, storage, spark) as topics,
+    ):
+        ends = await wait_for_records(topics, "autocreated", 3, "no records arrived")
+        assert len(ends) == 3, "the topic got topic.creation.default.partitions partitions"
+
+
+async def test_a_batch_goes_as_soon_as_the_source_has_nothing_more(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    # batch.max.ms is how long a batch may keep gathering while records keep coming,
+    # not how long a record waits: a poll that returns nothing ends the batch
+    task = _PollsOnce([SourceRecord({"p": 0}, {"n": 0}, "lingering", b"only")])
+    settings = {"batch.max.ms": "600000", "batch.max.records": "1000"}
+    async with (
+        running_source(ensemble, storage, "lingering", task, settings),
+        connected(ensemble, storage, spark) as topics,
+    ):
+        await wait_for_records(topics, "lingering", 1, "the record waited for batch.max.ms")
 
 
 async def test_files_leave_out_what_every_record_shares(

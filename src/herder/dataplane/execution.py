@@ -341,7 +341,12 @@ class SourceExecution(_Execution):
     async def _gather(
         self, stopping: threading.Event, paused: threading.Event, max_records: int, max_ms: int
     ) -> list[SourceRecord] | SourceBatch | None:
-        """One batch: polls until ``max_records`` or ``max_ms``; a SourceBatch stands alone."""
+        """One batch: polls while records keep coming, until ``max_records`` or ``max_ms``.
+
+        A poll that returns nothing after some records ends the batch: the task had no
+        more to give (its poll waited for them as long as it waits), so they go now
+        rather than at ``max_ms``. A SourceBatch stands alone.
+        """
         records: list[SourceRecord] = []
         deadline = time.monotonic() + max_ms / 1000
         while not stopping.is_set() and not paused.is_set():
@@ -350,6 +355,8 @@ class SourceExecution(_Execution):
                 if records:
                     raise HerderError(f"task {self.name} mixed SourceRecords and a SourceBatch")
                 return polled
+            if not polled and records:
+                break
             if polled:
                 records.extend(polled)
             if len(records) >= max_records or time.monotonic() >= deadline:
