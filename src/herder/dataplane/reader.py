@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from herder.dataplane.records import HEADER_TYPE, SEGMENT_SCHEMA
+from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL, SEGMENT_SCHEMA
 from herder.dataplane.storage import Storage
 from herder.dataplane.topics import SegmentSlice
 
@@ -39,14 +39,11 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 #: The schema of a segment file, as Spark reads it.
-FILE_DDL = (
-    "key binary, value binary, headers array<struct<key:string,value:binary>>, "
-    "timestamp bigint, seq bigint"
-)
+FILE_DDL = f"key binary, value binary, headers {HEADERS_DDL}, timestamp bigint, seq bigint"
 #: The schema of what a reader gets: Spark's Kafka source's columns, in its order.
 SINK_DDL = (
     "topic string, partition int, offset bigint, timestamp timestamp, key binary, "
-    "value binary, headers array<struct<key:string,value:binary>>"
+    f"value binary, headers {HEADERS_DDL}"
 )
 #: Reads of at most this many files scan each file on its own (see the module docstring).
 MAX_FILES_UNIONED = 32
@@ -132,7 +129,7 @@ def _headers() -> Column:
     """Each record's headers; none (an empty list) in a file without them."""
     from pyspark.sql import functions as F
 
-    empty = F.array().cast("array<struct<key:string,value:binary>>")
+    empty = F.array().cast(HEADERS_DDL)
     return F.coalesce(F.col("headers"), empty).alias("headers")
 
 

@@ -24,6 +24,8 @@ from herder.connect.records import SourceRecord
 from herder.errors import UnknownTopicOrPartition
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+#: The same type as Spark writes it.
+HEADERS_DDL = "array<struct<key:string,value:binary>>"
 
 #: The columns a staged batch carries into Spark: ``topic`` and ``partition`` become
 #: directories, the rest is what a segment file holds.

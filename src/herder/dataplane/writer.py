@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from herder.connect.records import SOURCE_BATCH_COLUMNS, SourceRecord
 from herder.dataplane.metadata import Topic
-from herder.dataplane.records import SEGMENT_COLUMNS, records_to_table
+from herder.dataplane.records import HEADERS_DDL, SEGMENT_COLUMNS, records_to_table
 from herder.dataplane.spark import SparkRuntime
 from herder.dataplane.staged import StagedBatch, StagedSegment
 from herder.dataplane.storage import Storage, batch_dir, check_task_name, writer_dir
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HEADERS_DDL = "array<struct<key:string,value:binary>>"
 #: A column a SourceBatch DataFrame may add to SOURCE_BATCH_COLUMNS: each row's number in
 #: the batch, 0 to n - 1, for sources that know it when they plan (a file's lines read by
 #: byte ranges). With a batch topic and no topic, partition or key column, the rows are

@@ -46,7 +46,7 @@ from herder.dataplane.errors import (
     report,
     task_failure,
 )
-from herder.dataplane.records import HEADER_TYPE
+from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL
 from herder.dataplane.spark import SparkRuntime
 from herder.dataplane.topics import Topics, TxnRefused
 from herder.dataplane.transforms.base import KEY, VALUE
@@ -56,7 +56,7 @@ from herder.dataplane.transforms.chain import (
     TransformChain,
     validate_transforms,
 )
-from herder.dataplane.writer import HEADERS_DDL, SegmentWriter
+from herder.dataplane.writer import SegmentWriter
 from herder.errors import Fenced, RetriableError
 
 if TYPE_CHECKING:
