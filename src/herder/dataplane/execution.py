@@ -434,6 +434,8 @@ class SinkExecution(_Execution):
         self.positions: dict[TopicPartition, int] = {}
         self.committed: dict[TopicPartition, tuple[int, str]] = {}
         self._generation: Generation | None = None
+        #: delivered records whose offset commit failed and is to be tried again
+        self._uncommitted = False
         self._rebalanced = asyncio.Event()
         self._task_lock = asyncio.Lock()
 
@@ -539,6 +541,7 @@ class SinkExecution(_Execution):
             await asyncio.to_thread(self.task.close, list(self.positions))
         self.positions = {}
         self._generation = None
+        self._uncommitted = False
 
     async def _deliver(self, max_records: int) -> bool:
         async with self._task_lock:
@@ -566,6 +569,8 @@ class SinkExecution(_Execution):
             by_topic.setdefault(tp.topic, {})[tp.partition] = (position, stop)
             reached[tp] = stop
         if not reached:
+            if self._uncommitted:
+                await self._commit_positions()
             return False
         began = time.monotonic()
         for topic, ranges in by_topic.items():
@@ -578,8 +583,7 @@ class SinkExecution(_Execution):
                 return False
         put_at = time.monotonic()
         self.positions.update(reached)
-        try:
-            await self._commit(dict(self.positions))
+        if await self._commit_positions():
             log.debug(
                 "sink task %s: delivered up to %s: read and put in %.3f s, committed in %.3f s",
                 self.name,
@@ -587,16 +591,36 @@ class SinkExecution(_Execution):
                 put_at - began,
                 time.monotonic() - put_at,
             )
+        return True
+
+    async def _commit_positions(self) -> bool:
+        """Commit what has been delivered; whether the commit went through.
+
+        Refused because this member's generation is over: these records are written but
+        not committed, and whoever owns the partitions next starts from the last commit
+        (a file sink truncates back to it); nothing more is delivered until the group has
+        assigned partitions again. Failed for now (no coordinator during an ensemble
+        election, a timeout): the task goes on and the commit is tried again with the
+        next delivery, or on its own when there is none, as Connect's sink tasks do.
+        """
+        try:
+            await self._commit(dict(self.positions))
         except _GENERATION_OVER as exc:
-            # These records are written but not committed: whoever owns the partitions
-            # next starts from the last commit (a file sink truncates back to it).
-            # Deliver nothing more until the group has assigned partitions again.
             log.warning(
                 "sink task %s: offset commit refused (%s); waiting for a new assignment",
                 self.name,
                 exc,
             )
             self._generation = None
+            self._uncommitted = False
+            return False
+        except RetriableError as exc:
+            log.warning(
+                "sink task %s: offset commit failed (%s); it will be tried again", self.name, exc
+            )
+            self._uncommitted = True
+            return False
+        self._uncommitted = False
         return True
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:

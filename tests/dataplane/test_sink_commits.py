@@ -1,0 +1,83 @@
+"""A sink task's offset commit that fails for now is tried again; one refused ends the
+delivery until the next assignment. Neither fails the task.
+
+During an ensemble election no server can name the group coordinator for a moment; a
+commit made then fails with COORDINATOR_NOT_AVAILABLE. Connect's sink tasks log such a
+failure and commit again later; they fail only on what cannot succeed. The execution's
+group member is replaced here by one whose commits fail as told, since making the real
+coordinator unreachable at the exact moment of a commit is a matter of luck (the
+replicated pipeline test kills the ensemble leader under a running sink for that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herder.connect import SinkTask, TopicPartition
+from herder.coordinator.client import Generation
+from herder.dataplane.execution import SinkExecution, TaskExecutions
+from herder.errors import CoordinatorNotAvailable, HerderError, IllegalGeneration
+from herder.runtime.protocol import ConnectorTaskId
+from herder.runtime.worker_config import WorkerConfig
+
+pytestmark = pytest.mark.spark  # building an execution starts the process's Spark runtime
+
+TP = TopicPartition("t", 0)
+
+
+class Sink(SinkTask):
+    def start(self, config: dict[str, str]) -> None: ...
+
+    def put(self, df: Any) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class Member:
+    """Commits fail with each of ``failures`` in turn, then succeed."""
+
+    def __init__(self, *failures: HerderError) -> None:
+        self.failures = list(failures)
+        self.committed: list[dict[Any, tuple[int, str]]] = []
+
+    async def commit_offsets(self, offsets: Mapping[Any, tuple[int, str]], generation: Any) -> None:
+        if self.failures:
+            raise self.failures.pop(0)
+        self.committed.append(dict(offsets))
+
+
+def execution(tmp_path: Path, member: Member) -> SinkExecution:
+    executions = TaskExecutions(
+        WorkerConfig.from_properties(
+            {"group.id": "g", "bootstrap.servers": "127.0.0.1:9", "storage.root": str(tmp_path)}
+        )
+    )
+    run = executions(ConnectorTaskId("c", 0), Sink(), {"topics": "t"}, {"connector.class": "x"})
+    assert isinstance(run, SinkExecution)
+    run.member = member  # type: ignore[assignment]
+    run._generation = Generation(3, "m", "m", "range")
+    run.positions = {TP: 10}
+    return run
+
+
+async def test_a_commit_that_fails_for_now_is_tried_again(tmp_path: Path) -> None:
+    member = Member(CoordinatorNotAvailable("the ensemble has no leader right now"))
+    run = execution(tmp_path, member)
+    assert await run._commit_positions() is False  # no exception: the task goes on
+    assert run._uncommitted and run._generation is not None
+    run.positions = {TP: 12}  # delivered meanwhile
+    assert await run._commit_positions() is True
+    assert not run._uncommitted
+    assert [{(g.topic, g.partition): v[0] for g, v in c.items()} for c in member.committed] == [
+        {("t", 0): 12}
+    ]
+
+
+async def test_a_commit_refused_for_an_old_generation_waits_for_the_next(tmp_path: Path) -> None:
+    run = execution(tmp_path, Member(IllegalGeneration("generation 3 is over")))
+    assert await run._commit_positions() is False
+    assert run._generation is None and not run._uncommitted
