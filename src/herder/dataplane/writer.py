@@ -28,6 +28,7 @@ import logging
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from zlib import crc32
 
@@ -212,7 +213,8 @@ class SegmentWriter:
             _write_partition(rows, self.storage, path, topic, sticky[topic])
             written = time.monotonic()
             segments = _describe(self.storage, path, ordered=True, timestamp=shared)
-            numbered = all(_numbers_its_rows(self.storage, s) for s in segments)
+            # counts per file only if the files run 0..n-1 in order (see _runs_in_order)
+            numbered = all(s.file_counts is not None for s in segments)
             log.debug(
                 "task %s: Spark wrote batch %s in %.3f s, described in %.3f s",
                 self.task,
@@ -465,93 +467,74 @@ def _describe(
         found.setdefault(key, []).append((entry.path, entry.size))
     segments = []
     for (topic, partition), files in sorted(found.items()):
-        count, newest, kept, counts = 0, -1, [], []
-        for path, _size in sorted(files, key=lambda f: _file_order(f[0])):
-            rows, file_newest = _footer_summary(storage, path, timestamp)
-            if rows:
-                count += rows
-                newest = max(newest, file_newest)
-                kept.append(path)
-                counts.append(rows)
-        if count:
+        summaries = [
+            _summarize(storage, path, timestamp)
+            for path, _size in sorted(files, key=lambda f: _file_order(f[0]))
+        ]
+        kept = [f for f in summaries if f.rows]
+        if kept:
+            sizes = dict(files)
             segments.append(
                 StagedSegment(
                     topic=topic,
                     partition=partition,
-                    count=count,
-                    files=kept,
-                    bytes=sum(size for path, size in files if path in kept),
-                    max_timestamp=newest,
-                    file_counts=counts
-                    if ordered and _runs_in_order(storage, kept, counts)
+                    count=sum(f.rows for f in kept),
+                    files=[f.path for f in kept],
+                    bytes=sum(sizes[f.path] for f in kept),
+                    max_timestamp=max(f.newest for f in kept),
+                    file_counts=[f.rows for f in kept]
+                    if ordered and _runs_in_order(kept)
                     else None,
                 )
             )
     return segments
 
 
-def _runs_in_order(storage: Storage, files: Sequence[str], counts: Sequence[int]) -> bool:
-    """Whether each file's ``seq`` runs from where the previous file's ended, by its
-    footers' statistics (each file's least and greatest value against its count)."""
-    start = None
-    for path, count in zip(files, counts, strict=True):
-        low, high = _seq_range(storage, path)
-        if low is None or high is None or high - low + 1 != count:
+@dataclass(frozen=True)
+class _FileSummary:
+    """What a staged file's footer says: its rows, their newest timestamp and the least
+    and greatest ``seq`` (None if the footer has no statistics for it)."""
+
+    path: str
+    rows: int
+    newest: int
+    seq_low: int | None
+    seq_high: int | None
+
+
+def _runs_in_order(files: Sequence[_FileSummary]) -> bool:
+    """Whether the files' ``seq`` runs from 0, each file's from where the previous one's
+    ended (each file's least and greatest value against its count)."""
+    start = 0
+    for f in files:
+        if f.seq_low is None or f.seq_high is None:
             return False
-        if start is not None and low != start:
+        if f.seq_low != start or f.seq_high - f.seq_low + 1 != f.rows:
             return False
-        start = high + 1
+        start = f.seq_high + 1
     return True
 
 
-def _seq_range(storage: Storage, path: str) -> tuple[int | None, int | None]:
-    """The least and greatest ``seq`` of a file, by its footer (None, None if unknown)."""
+def _summarize(storage: Storage, path: str, shared: int | None) -> _FileSummary:
+    """One read of a Parquet file's footer; ``shared`` is every row's timestamp if the
+    file has no such column."""
     meta = storage.footer(path)
-    column = meta.schema.names.index(SEQ)
-    low: int | None = None
-    high: int | None = None
-    for index in range(meta.num_row_groups):
-        group = meta.row_group(index)
-        if group.num_rows == 0:
-            continue
-        stats = group.column(column).statistics
-        if stats is None or not stats.has_min_max:
-            return None, None
-        low = stats.min if low is None else min(low, stats.min)
-        high = stats.max if high is None else max(high, stats.max)
-    return low, high
-
-
-def _numbers_its_rows(storage: Storage, segment: StagedSegment) -> bool:
-    """Whether the ``seq`` of ``segment``'s rows runs from 0 to count - 1 (given that no
-    value repeats, which a source that numbers its rows guarantees)."""
-    low, high = None, None
-    for path in segment.files:
-        file_low, file_high = _seq_range(storage, path)
-        if file_low is None or file_high is None:
-            return False
-        low = file_low if low is None else min(low, file_low)
-        high = file_high if high is None else max(high, file_high)
-    return low == 0 and high == segment.count - 1
-
-
-def _footer_summary(storage: Storage, path: str, shared: int | None) -> tuple[int, int]:
-    """(rows, newest timestamp) of one Parquet file, from its footer where it can;
-    ``shared`` is every row's timestamp if the file has no such column."""
-    meta = storage.footer(path)
-    if "timestamp" not in meta.schema.names:
+    names = meta.schema.names
+    groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+    groups = [g for g in groups if g.num_rows]
+    seq = [g.column(names.index(SEQ)).statistics for g in groups]
+    low = high = None
+    if all(stats is not None and stats.has_min_max for stats in seq):
+        low = min((int(stats.min) for stats in seq), default=None)
+        high = max((int(stats.max) for stats in seq), default=None)
+    if "timestamp" not in names:
         if shared is None:
             raise RuntimeError(f"{path} has no timestamp column and none was given for it")
-        return meta.num_rows, shared
-    column = meta.schema.names.index("timestamp")
-    newest = -1
-    for index in range(meta.num_row_groups):
-        group = meta.row_group(index)
-        stats = group.column(column).statistics
-        if group.num_rows == 0:
-            continue
-        if stats is None or not stats.has_min_max:
-            table: pa.Table = storage.read_table([path], columns=["timestamp"])
-            return meta.num_rows, int(pc.max(table["timestamp"]).as_py())
-        newest = max(newest, int(stats.max))
-    return meta.num_rows, newest
+        return _FileSummary(path, meta.num_rows, shared, low, high)
+    stamps = [g.column(names.index("timestamp")).statistics for g in groups]
+    if all(stats is not None and stats.has_min_max for stats in stamps):
+        newest = max((int(stats.max) for stats in stamps), default=-1)
+    else:
+        table: pa.Table = storage.read_table([path], columns=["timestamp"])
+        newest = int(pc.max(table["timestamp"]).as_py())
+    return _FileSummary(path, meta.num_rows, newest, low, high)
