@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage
-from herder.dataplane.datasource import line_ranges_dataframe, number_lines, plan_line_ranges
+from herder.dataplane.datasource import (
+    ByteRange,
+    line_ranges_dataframe,
+    number_lines,
+    plan_line_ranges,
+)
 from herder.ensemble.txn import Append
 from tests.dataplane.conftest import connected
 from tests.integration.conftest import ServerHandle
@@ -27,14 +32,24 @@ def write_lines(path: Path, count: int) -> list[bytes]:
     return lines
 
 
+def planned(
+    tmp_path: Path, count: int, parts: int
+) -> tuple[Path, list[bytes], list[ByteRange], int]:
+    """A backlog file of ``count`` lines, its ranges (about ``parts``), numbered, and the
+    number of lines the numbering counted."""
+    path = tmp_path / "backlog.txt"
+    lines = write_lines(path, count)
+    size = path.stat().st_size
+    ranges, counted = number_lines(str(path), plan_line_ranges(str(path), 0, size, size // parts))
+    return path, lines, ranges, counted
+
+
 async def test_planned_ranges_are_staged_in_file_order_with_their_offset(
     ensemble: ServerHandle, storage: Storage, spark: SparkRuntime, tmp_path: Path
 ) -> None:
-    path = tmp_path / "backlog.txt"
-    lines = write_lines(path, 12_000)
+    path, lines, ranges, counted = planned(tmp_path, 12_000, 4)
     size = path.stat().st_size
-    ranges, count = number_lines(str(path), plan_line_ranges(str(path), 0, size, size // 4))
-    assert count == len(lines) and len(ranges) >= 4
+    assert counted == len(lines) and len(ranges) >= 4
     assert [r.first_line for r in ranges] == sorted({r.first_line for r in ranges})
 
     async with connected(ensemble, storage, spark) as topics:
@@ -63,10 +78,7 @@ async def test_rows_missing_some_numbers_are_numbered_again(
 ) -> None:
     from pyspark.sql import functions as F
 
-    path = tmp_path / "backlog.txt"
-    lines = write_lines(path, 3_000)
-    size = path.stat().st_size
-    ranges, _ = number_lines(str(path), plan_line_ranges(str(path), 0, size, size // 3))
+    path, lines, ranges, _ = planned(tmp_path, 3_000, 3)
     async with connected(ensemble, storage, spark) as topics:
         await topics.create("gaps", 1)
         writer = SegmentWriter(topics, spark, "gaps-0", 1)

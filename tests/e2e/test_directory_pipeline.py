@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.e2e.test_pipeline import Cluster
-from tests.harness import Processes, wait_until
+from tests.harness import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ROWS_PER_FILE = 500
-
-
-@pytest.fixture
-def cluster(processes: Processes, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(processes, tmp_path)
-    try:
-        yield c
-    finally:
-        c.http.close()
 
 
 def rows_of(file_index: int) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,15 +166,6 @@ class Cluster:
             check=True,
         )
         return json.loads(out.stdout)
-
-
-@pytest.fixture
-def cluster(processes: Processes, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(processes, tmp_path)
-    try:
-        yield c
-    finally:
-        c.http.close()
 
 
 # -- files ---------------------------------------------------------------------------------
