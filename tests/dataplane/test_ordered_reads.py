@@ -1,8 +1,9 @@
 """Segments whose files hold runs of offsets are read file by file, in order, unsorted.
 
 A batch staged to one partition is written without Spark's ``partitionBy``, each file
-a run of ``seq`` (a task's rows, cut every ``MAX_RECORDS_PER_FILE``), and the segment
-records how many each file holds. Reading it back in offset order then needs no sort —
+a run of records (a task's rows, cut every ``MAX_RECORDS_PER_FILE``), and the segment
+records how many each file holds: a record's offset is its file's first plus its row's
+index in the file. Reading it back in offset order then needs no sort —
 the plan has neither a Sort nor an Exchange, even with scans split into several Spark
 partitions — and a read of some offsets scans only the files holding them. A batch
 across partitions promises nothing and is sorted when read in order.
@@ -19,7 +20,10 @@ import pytest
 from herder.connect import SourceRecord
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage
 from herder.dataplane import writer as writer_module
-from herder.dataplane.datasource import line_ranges_dataframe, number_lines, plan_line_ranges
+from herder.dataplane.datasource import line_ranges_dataframe, plan_line_ranges
+from herder.dataplane.reader import slice_table
+from herder.dataplane.staged import StagedBatch, StagedSegment
+from herder.dataplane.storage import batch_dir
 from tests.dataplane.conftest import connected
 from tests.integration.conftest import ServerHandle
 
@@ -57,15 +61,13 @@ async def test_single_partition_batches_are_read_in_order_without_a_sort(
     lines = [b"line %06d " % i + b"y" * (i % 31) for i in range(6_000)]
     path.write_bytes(b"".join(line + b"\n" for line in lines))
     size = path.stat().st_size
-    ranges, _ = number_lines(str(path), plan_line_ranges(str(path), 0, size, size // 3))
+    ranges = plan_line_ranges(str(path), 0, size, size // 3)
     polled = [SourceRecord({}, {}, "ordered", b"polled %05d" % i) for i in range(4_000)]
 
     async with connected(ensemble, storage, spark) as topics:
         await topics.create("ordered", 1)
         writer = SegmentWriter(topics, spark, "ordered-0", 1)
-        df = await spark.run(
-            lambda: line_ranges_dataframe(spark.session, str(path), ranges, sequenced=True)
-        )
+        df = await spark.run(lambda: line_ranges_dataframe(spark.session, str(path), ranges))
         first = await writer.stage(df, "ordered")
         # three ranges, each its task's file(s), each file at most 1,500 records
         [segment] = first.segments
@@ -121,3 +123,54 @@ async def test_batches_across_partitions_promise_no_order_and_are_sorted(
             (r["partition"], r["offset"]) for r in got
         )
         assert sorted(r["value"] for r in got) == sorted(r.value for r in records)
+
+
+def stage_with_seq(storage: Storage, task: str, batch: int, topic: str, values: list[bytes]) -> str:
+    """A batch staged the way earlier versions staged one partition's records: files
+    that carry ``seq`` besides the counts. Returns the file's path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = f"{batch_dir(task, 1, batch)}/topic={topic}/partition=0/part-00000-old-c000.parquet"
+    table = pa.table({"value": values, "seq": pa.array(range(len(values)), pa.int64())})
+    storage.fs.create_dir(storage.fs_path(path.rsplit("/", 1)[0]), recursive=True)
+    pq.write_table(table, storage.fs_path(path), filesystem=storage.fs)
+    return path
+
+
+async def test_files_with_and_without_seq_read_alike_in_every_reader(
+    ensemble: ServerHandle,
+    storage: Storage,
+    spark: SparkRuntime,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ordered segments are read by row position: files written before ``seq`` was left
+    out (which still carry it) and files without it give the same offsets, whether read
+    file by file, in one scan of many files, or with pyarrow."""
+    old = [b"old %04d" % i for i in range(300)]
+    new = [SourceRecord({}, {}, "mixed", b"new %04d" % i) for i in range(400)]
+    async with connected(ensemble, storage, spark) as topics:
+        topic = await topics.create("mixed", 1)
+        path = stage_with_seq(storage, "mixed-0", 0, "mixed", old)
+        segment = StagedSegment("mixed", 0, len(old), [path], 1, 0, file_counts=[len(old)])
+        await topics.commit(StagedBatch("mixed-0", 1, 0, [segment], {"mixed": topic.version}))
+        writer = SegmentWriter(topics, spark, "mixed-0", 2)
+        staged = await writer.stage(new)
+        assert storage.footer(staged.segments[0].files[0]).schema.names == ["value"]
+        await topics.commit(staged)
+
+        everything = [*old, *(r.value for r in new)]
+        window = (250, 350)  # the end of the old segment and the start of the new
+        for unioned in (32, 0):  # file by file; one scan of every file
+            monkeypatch.setattr("herder.dataplane.reader.MAX_FILES_UNIONED", unioned)
+            got = await spark.run((await topics.read("mixed", ordered=True)).collect)
+            assert [(r["offset"], r["value"]) for r in got] == list(enumerate(everything))
+            df = await topics.read("mixed", {0: window}, ordered=True)
+            got = await spark.run(df.collect)
+            assert [r["offset"] for r in got] == list(range(*window))
+            assert [r["value"] for r in got] == everything[slice(*window)]
+        plan = await topics.plan_read("mixed", {0: window})
+        rows = [row for piece in plan for row in slice_table(storage, piece).to_pylist()]
+        assert [(r["offset"], r["value"]) for r in rows] == [
+            (o, everything[o]) for o in range(*window)
+        ]

@@ -15,12 +15,13 @@ from zlib import crc32
 
 import pytest
 
-from herder.connect import SourceRecord, SourceTask, TopicPartition
+from herder.connect import SourceBatch, SourceRecord, SourceTask, TopicPartition
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage, TxnRefused
 from herder.dataplane.reader import slice_table
+from herder.dataplane.spark import spark_runtime
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.txn import Append, CheckKeyValue, CreateLog
-from herder.errors import HerderError, UnknownTopicOrPartition
+from herder.errors import HerderError, RetriableError, UnknownTopicOrPartition
 from tests.dataplane.conftest import connected
 from tests.integration.conftest import ServerHandle
 
@@ -469,6 +470,67 @@ async def test_a_batch_goes_as_soon_as_the_source_has_nothing_more(
         await wait_for_records(topics, "lingering", 1, "the record waited for batch.max.ms")
 
 
+class _CheckFailsOnce(SourceTask):
+    """A source task whose batch's check fails the first time, as FileStreamSource's does
+    when the file grew while Spark read it whole; it then offers the batch again."""
+
+    def __init__(self, values: list[bytes]) -> None:
+        self.values = values
+        self.checks = 0
+        self.committed = False
+
+    def start(self, config: dict[str, str]) -> None:
+        pass
+
+    def poll(self) -> SourceBatch | None:
+        if self.committed:
+            time.sleep(0.05)
+            return None
+        session = spark_runtime().session
+        df = session.createDataFrame([(v,) for v in self.values], "value binary")
+        return SourceBatch(df, [({"p": 0}, {"n": len(self.values)})], "rechecked", self.check)
+
+    def check(self) -> None:
+        self.checks += 1
+        if self.checks == 1:
+            raise RetriableError("the input changed while it was read")
+
+    def commit(self) -> None:
+        self.committed = True
+
+    def stop(self) -> None:
+        pass
+
+
+async def test_a_batch_whose_check_fails_for_now_is_discarded_and_polled_again(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    values = [b"r%03d" % i for i in range(50)]
+    task = _CheckFailsOnce(values)
+    async with (
+        running_source(ensemble, storage, "rechecked", task, {"batch.max.ms": "50"}),
+        connected(ensemble, storage, spark) as topics,
+    ):
+        await wait_for_records(topics, "rechecked", len(values), "the batch never committed")
+        rows = await collect(spark, await topics.read("rechecked", ordered=True))
+        assert [r["value"] for r in rows] == values  # once: the first write was discarded
+        assert task.checks == 2 and task.committed
+    # what the refused batch wrote is gone; only the committed batch's files remain
+    staged = [
+        e.path
+        for e in storage.list_dir("_staging", recursive=True)
+        if e.path.startswith("_staging/rechecked-") and e.path.endswith(".parquet")
+        and not e.path.rsplit("/", 1)[-1].startswith(".")
+    ]  # fmt: skip
+    [segment] = (await topics_partition(ensemble, storage, "rechecked")).live()
+    assert sorted(staged) == sorted(segment.files)
+
+
+async def topics_partition(ensemble: ServerHandle, storage: Storage, topic: str) -> Any:
+    async with connected(ensemble, storage) as topics:
+        return await topics.partition(topic, 0)
+
+
 async def test_files_leave_out_what_every_record_shares(
     ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
 ) -> None:
@@ -488,8 +550,9 @@ async def test_files_leave_out_what_every_record_shares(
         state = await topics.partition("lean", 0)
         first, second = state.live()
         columns = [pq.read_schema(storage.fs_path(s.files[0])).names for s in (first, second)]
-        assert columns[0] == ["value", "seq"]  # no keys, no headers, one timestamp
-        assert columns[1] == ["key", "value", "headers", "timestamp", "seq"]
+        # one partition: no seq; then no keys, no headers, one timestamp
+        assert columns[0] == ["value"]
+        assert columns[1] == ["key", "value", "headers", "timestamp"]
         assert first.max_timestamp == now
 
         expected = [

@@ -16,7 +16,7 @@ JSON round trip (str, int, float, bool, None, lists and dicts of them).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
@@ -103,12 +103,22 @@ class SourceBatch:
     all. Each source partition may appear once, and partitions and offsets must be
     JSON-able (TypeError otherwise). ``topic`` names the destination for
     every row; leave it None when the DataFrame has a ``topic`` column. The DataFrame's
-    columns are described by :data:`SOURCE_BATCH_COLUMNS`.
+    columns are described by :data:`SOURCE_BATCH_COLUMNS`. With one topic and no
+    ``partition`` or ``key`` column, the records' order is the DataFrame's: its Spark
+    partitions in order, each one's rows in order.
+
+    ``check``, if given, is called after Spark wrote the batch and before it commits,
+    for a DataFrame that read what was planned only if its input did not change during
+    the job (a file read whole by Spark's text reader, which reads a line past its end
+    if the file grew). Raising :class:`~herder.errors.RetriableError` there discards the
+    written batch and polls the task again — so the task must first rewind what the
+    batch's poll advanced; any other exception fails the task.
     """
 
     data: DataFrame
     offsets: Sequence[tuple[SourcePartition, SourceOffset]]
     topic: str | None = None
+    check: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         # Checked here, where the author's code is on the stack, rather than when the

@@ -8,8 +8,10 @@ A large backlog (``parallel.min.bytes`` or more not yet read) is not read line b
 in the task: the task plans byte ranges of whole lines and the position they reach,
 and returns a :class:`~herder.connect.SourceBatch` whose lines Spark's executors read in
 parallel (:mod:`herder.dataplane.datasource`); the position is committed with the
-records as ever. Small increments, the steady state of a followed file, are read in the
-task, which keeps a line's latency low.
+records as ever. A backlog that is the whole file (a file met for the first time) is
+read by Spark's own text reader, and committed only if the file did not grow meanwhile.
+Small increments, the steady state of a followed file, are read in the task, which
+keeps a line's latency low.
 
 The sink is exactly once across crash-stop failures of its worker: it runs as one task,
 records the file's length in the metadata of every offset commit, and on (re)start
@@ -19,6 +21,7 @@ will be delivered again, are not kept twice.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -35,6 +38,7 @@ from herder.connect import (
     SourceTask,
     TopicPartition,
 )
+from herder.errors import RetriableError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -130,6 +134,9 @@ class FileStreamSourceTask(SourceTask):
         self.position = int(stored["position"]) if stored else 0
         self._file: Any = None
         self._pending = b""
+        #: whether a backlog that is the whole file may go to Spark's text reader (not
+        #: after the file grew during such a read: it is being written to)
+        self._whole_file_reads = True
         # The runtime gathers the records of several polls into one batch, but a
         # SourceBatch is a batch of its own: one is returned only when no records are
         # waiting for a commit.
@@ -173,16 +180,20 @@ class FileStreamSourceTask(SourceTask):
     def _plan_backlog(self, size: int) -> SourceBatch | None:
         """A SourceBatch of the unread whole lines, if there are enough to read in parallel.
 
-        The ranges and the position they reach are fixed here, before Spark reads a
-        byte, so the position committed with the batch is exactly where it ends.
+        The lines and the position they reach are fixed here, before Spark reads a byte,
+        so the position committed with the batch is exactly where it ends. A file read
+        from its start to its end, all whole lines, goes to Spark's own text reader; the
+        batch then checks, before it commits, that the file did not grow meanwhile
+        (:meth:`_check_unchanged`). Anything else is read by planned byte ranges.
         """
         # imported here: they bring pyspark, which finding this plugin should not need
         from herder.dataplane.datasource import (
             balanced_split_bytes,
+            file_identity,
             last_line_end,
             line_ranges_dataframe,
-            number_lines,
             plan_line_ranges,
+            whole_file_lines_dataframe,
         )
         from herder.dataplane.spark import spark_runtime
 
@@ -195,26 +206,55 @@ class FileStreamSourceTask(SourceTask):
             return None
         began = time.monotonic()
         runtime = spark_runtime()
-        split = balanced_split_bytes(
-            end - self.position, self.parallel_split_bytes, runtime.parallelism
-        )
-        ranges = plan_line_ranges(self.path, self.position, end, split)
-        # numbered here, each line gets its offset in the batch without a shuffle
-        ranges, _ = number_lines(self.path, ranges)
-        data = line_ranges_dataframe(runtime.session, self.path, ranges, sequenced=True)
+        start, check, data = self.position, None, None
+        if start == 0 and end == size and self._whole_file_reads:
+            identity = file_identity(self.path)
+            if identity[2] == end:
+                data = whole_file_lines_dataframe(runtime.session, self.path)
+                check = functools.partial(self._check_unchanged, identity)
+        if data is not None:
+            how = "whole by Spark's text reader"
+        else:
+            check = None
+            split = balanced_split_bytes(
+                end - self.position, self.parallel_split_bytes, runtime.parallelism
+            )
+            ranges = plan_line_ranges(self.path, self.position, end, split)
+            data = line_ranges_dataframe(runtime.session, self.path, ranges)
+            how = f"in {len(ranges)} ranges on Spark's executors"
         log.info(
-            "%s: reading bytes %d to %d in %d ranges on Spark's executors (planned in %.3f s)",
+            "%s: reading bytes %d to %d %s (planned in %.3f s)",
             self.path,
-            self.position,
+            start,
             end,
-            len(ranges),
+            how,
             time.monotonic() - began,
         )
-        self.position = end
+        self._seek(end)
+        return SourceBatch(data, [(self.partition, {"position": end})], self.topic, check=check)
+
+    def _seek(self, position: int) -> None:
+        self.position = position
         self._pending = b""
         if self._file is not None:
-            self._file.seek(end)
-        return SourceBatch(data, [(self.partition, {"position": end})], self.topic)
+            self._file.seek(position)
+
+    def _check_unchanged(self, identity: tuple[int, int, int]) -> None:
+        """After Spark read the whole file: had it grown (or been replaced), Spark may
+        have read a line past the planned end, so the batch is read again by ranges."""
+        from herder.dataplane.datasource import file_identity
+
+        try:
+            now = file_identity(self.path)
+        except FileNotFoundError:
+            now = None
+        if now == identity:
+            return
+        self._whole_file_reads = False
+        self._seek(0)
+        raise RetriableError(
+            f"{self.path} changed while Spark read it whole; reading it again by byte ranges"
+        )
 
     def _read_lines(self, size: int) -> list[SourceRecord]:
         """Whole lines up to byte ``size``, ``batch.size`` of them at most."""

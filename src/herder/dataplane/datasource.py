@@ -8,12 +8,17 @@ near each cut), and the offset the batch reaches is ``end``, known before any jo
 runs. The ranges then go to :class:`LineRangesDataSource`, a Python Data Source
 (``pyspark.sql.datasource``) whose reader runs on the executors, one input partition
 per range, and yields Arrow record batches built with numpy — no Python object per
-line.
+line. One range is one Spark partition, and the ranges come in file order, so the
+DataFrame's rows are the lines in order: staged to one topic partition as they come,
+they get their offsets in that order without being numbered (see
+:mod:`herder.dataplane.writer`).
 
-The driver also counts each range's lines (:func:`number_lines`), so every line comes
-with ``seq``, its number in the batch, and the batch is staged to its topic without
-the shuffle that numbering rows in Spark costs (see
-:data:`herder.dataplane.writer.SEQ`).
+A backlog that is the whole of a file is read by Spark's own text reader instead
+(:func:`whole_file_lines_dataframe`), which costs less than any Python reader: Spark
+splits it and reads the splits in parallel, in file order. That reader trusts the size
+it listed and reads one line past a split's end, so a file that grows during the job
+gives an extra line: the caller checks, once the job is done, that the file still has
+the size it planned for (:func:`file_identity`).
 
 Lines are split on ``\\n``; a ``\\r`` before it is dropped, as FileStreamSource does.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -40,27 +46,25 @@ if TYPE_CHECKING:
 #: The name Spark knows the data source by (``spark.read.format(...)``).
 LINE_RANGES_FORMAT = "herder-line-ranges"
 LINE_RANGES_DDL = "value binary"
-SEQUENCED_LINE_RANGES_DDL = "value binary, seq bigint"
 #: How much of a file one Arrow batch is built from.
 READ_CHUNK_BYTES = 8 * 1024 * 1024
 #: How far the planner looks past a cut for the end of its line before giving up on it.
 _SCAN_BYTES = 64 * 1024
 
+#: Paths Spark's text reader takes as they are (it reads globs and URIs): others are
+#: read by byte ranges.
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9._/+-]*")
+_SCHEMA = pa.schema([("value", pa.binary())])
 _NEWLINE = 10
 _CARRIAGE_RETURN = 13
 
 
 @dataclass(frozen=True)
 class ByteRange(InputPartition):
-    """Bytes ``[start, end)`` of a file: whole lines, the last one ending in ``\\n``.
-
-    ``first_line`` is the number, within the whole planned backlog, of its first line
-    (see :func:`number_lines`).
-    """
+    """Bytes ``[start, end)`` of a file: whole lines, the last one ending in ``\\n``."""
 
     start: int
     end: int
-    first_line: int = 0
 
 
 def last_line_end(path: str, start: int, end: int) -> int:
@@ -120,30 +124,6 @@ def plan_line_ranges(path: str, start: int, end: int, split_bytes: int) -> list[
     return [ByteRange(a, b) for a, b in pairwise(cuts) if b > a]
 
 
-def number_lines(path: str, ranges: Sequence[ByteRange]) -> tuple[list[ByteRange], int]:
-    """``ranges`` with the number of each one's first line, and how many lines they hold.
-
-    Counting newlines costs one sequential read of the backlog on the driver (the
-    operating system's cache then serves the executors' reads); it gives every line its
-    position in the batch before the job, so Spark need not number rows with a shuffle.
-    """
-    numbered, lines = [], 0
-    with open(path, "rb", buffering=0) as f:
-        for r in ranges:
-            numbered.append(ByteRange(r.start, r.end, lines))
-            f.seek(r.start)
-            position = r.start
-            while position < r.end:
-                chunk = f.read(min(READ_CHUNK_BYTES, r.end - position))
-                if not chunk:
-                    raise OSError(
-                        f"{path} ended at byte {position}; lines up to {r.end} were planned"
-                    )
-                lines += chunk.count(b"\n")
-                position += len(chunk)
-    return numbered, lines
-
-
 def lines_to_array(buffer: bytes | bytearray | memoryview) -> pa.BinaryArray:
     """The lines of ``buffer`` (which ends in ``\\n``) as one binary array, ``\\r\\n`` aware."""
     data = np.frombuffer(buffer, dtype=np.uint8)
@@ -177,16 +157,8 @@ def _has_crlf(data: np.ndarray, ends: np.ndarray) -> bool:
     return bool(np.any(data[inner - 1] == _CARRIAGE_RETURN))
 
 
-def read_line_range(
-    path: str, start: int, end: int, first_line: int | None = None
-) -> Iterator[pa.RecordBatch]:
-    """The lines of bytes ``[start, end)`` of ``path``, as record batches of ``value``,
-    and of ``seq`` (each line's number, from ``first_line``) unless that is None."""
-    fields = [("value", pa.binary())]
-    if first_line is not None:
-        fields.append(("seq", pa.int64()))
-    schema = pa.schema(fields)
-    line = first_line or 0
+def read_line_range(path: str, start: int, end: int) -> Iterator[pa.RecordBatch]:
+    """The lines of bytes ``[start, end)`` of ``path``, as record batches of ``value``."""
     with open(path, "rb", buffering=0) as f:
         f.seek(start)
         position = start
@@ -205,11 +177,7 @@ def read_line_range(
             pending = bytes(buffer[cut:])
             if cut:
                 values = lines_to_array(memoryview(buffer)[:cut])
-                columns = [values]
-                if first_line is not None:
-                    columns.append(pa.array(np.arange(line, line + len(values), dtype=np.int64)))
-                line += len(values)
-                yield pa.RecordBatch.from_arrays(columns, schema=schema)
+                yield pa.RecordBatch.from_arrays([values], schema=_SCHEMA)
         if pending:
             raise OSError(f"{path}: the range ending at byte {end} does not end a line")
 
@@ -217,42 +185,33 @@ def read_line_range(
 class LineRangesDataSource(DataSource):
     """``spark.read.format("herder-line-ranges").option("path", p).option("ranges", json)``.
 
-    ``ranges`` is a JSON list of ``[start, end, first_line]`` byte ranges of whole lines;
-    each is one input partition, read on an executor. With ``sequenced=true`` each row
-    also gets ``seq``, its line's number.
+    ``ranges`` is a JSON list of ``[start, end]`` byte ranges of whole lines; each is
+    one input partition, read on an executor.
     """
 
     @classmethod
     def name(cls) -> str:
         return LINE_RANGES_FORMAT
 
-    @property
-    def _sequenced(self) -> bool:
-        return self.options.get("sequenced", "false") == "true"
-
     def schema(self) -> str:
-        return SEQUENCED_LINE_RANGES_DDL if self._sequenced else LINE_RANGES_DDL
+        return LINE_RANGES_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        ranges = [
-            ByteRange(int(a), int(b), int(n)) for a, b, n in json.loads(self.options["ranges"])
-        ]
-        return _LineRangesReader(self.options["path"], ranges, self._sequenced)
+        ranges = [ByteRange(int(a), int(b)) for a, b in json.loads(self.options["ranges"])]
+        return _LineRangesReader(self.options["path"], ranges)
 
 
 class _LineRangesReader(DataSourceReader):
-    def __init__(self, path: str, ranges: list[ByteRange], sequenced: bool) -> None:
+    def __init__(self, path: str, ranges: list[ByteRange]) -> None:
         self.path = path
         self.ranges = ranges
-        self.sequenced = sequenced
 
     def partitions(self) -> Sequence[InputPartition]:
         return self.ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ByteRange)
-        first = partition.first_line if self.sequenced else None
-        yield from read_line_range(self.path, partition.start, partition.end, first)
+        yield from read_line_range(self.path, partition.start, partition.end)
 
 
 #: sessions that know the data source already (registering again makes Spark warn)
@@ -261,10 +220,10 @@ _registering = threading.Lock()
 
 
 def line_ranges_dataframe(
-    session: SparkSession, path: str, ranges: Sequence[ByteRange], *, sequenced: bool = False
+    session: SparkSession, path: str, ranges: Sequence[ByteRange]
 ) -> DataFrame:
-    """A DataFrame (``value binary``) of the lines in ``ranges`` of ``path``, in order;
-    ``sequenced`` adds ``seq``, each line's number (``ranges`` from :func:`number_lines`)."""
+    """A DataFrame (``value binary``) of the lines in ``ranges`` of ``path``, in order:
+    one Spark partition per range."""
     with _registering:
         if session not in _registered:
             session.dataSource.register(LineRangesDataSource)
@@ -272,7 +231,38 @@ def line_ranges_dataframe(
     return (
         session.read.format(LINE_RANGES_FORMAT)
         .option("path", os.path.abspath(path))
-        .option("ranges", json.dumps([[r.start, r.end, r.first_line] for r in ranges]))
-        .option("sequenced", str(sequenced).lower())
+        .option("ranges", json.dumps([[r.start, r.end] for r in ranges]))
         .load()
     )
+
+
+def file_identity(path: str) -> tuple[int, int, int]:
+    """The file at ``path`` as (device, inode, size): a file only appended to keeps the
+    first two, and its size says whether it grew."""
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino, stat.st_size
+
+
+def whole_file_lines_dataframe(session: SparkSession, path: str) -> DataFrame | None:
+    """A DataFrame (``value binary``) of every line of ``path`` read by Spark's text
+    reader, in order; None if Spark cannot be given the path as it is.
+
+    The file must end in ``\\n`` and must not grow until the job is done (see the module
+    docstring): compare :func:`file_identity` before and after.
+    """
+    from pyspark.sql import functions as F
+
+    path = os.path.abspath(path)
+    if not _PLAIN_PATH.fullmatch(path):
+        return None
+    lines = (
+        session.read.option("lineSep", "\n")
+        .text(f"file://{path}")
+        .select(F.col("value").cast("binary").alias("value"))
+    )
+    # "\r\n" ends a line as "\n" does; a lone "\r" belongs to its line (so lineSep is "\n")
+    stripped = F.expr(
+        "CASE WHEN endswith(value, X'0D') THEN substring(value, 1, length(value) - 1)"
+        " ELSE value END"
+    )
+    return lines.select(stripped.alias("value"))

@@ -45,6 +45,7 @@ from herder.coordinator.offsets import TopicPartition as GroupPartition
 from herder.dataplane.fencing import connector_fence_id, current_epoch, task_fence_id
 from herder.dataplane.metadata import PartitionState
 from herder.dataplane.spark import spark_runtime
+from herder.dataplane.staged import StagedBatch
 from herder.dataplane.storage import Storage
 from herder.dataplane.topics import Topics, TxnRefused
 from herder.dataplane.transforms.pipeline import RecordPipeline, validate_record_handling
@@ -289,6 +290,8 @@ class SourceExecution(_Execution):
                 began = time.monotonic()
                 data, topic = await self.pipeline.before_write(batch)
                 staged = await writer.stage(data, topic)
+                if not await self._checked(batch, staged, writer):
+                    continue
                 staged_at = time.monotonic()
                 try:
                     await self.topics.commit(staged, ops)
@@ -325,6 +328,27 @@ class SourceExecution(_Execution):
                 await asyncio.to_thread(self.task.commit)
         finally:
             await asyncio.to_thread(self.task.stop)
+
+    async def _checked(
+        self, batch: list[SourceRecord] | SourceBatch, staged: StagedBatch, writer: SegmentWriter
+    ) -> bool:
+        """Whether a written batch may commit: a SourceBatch's ``check`` passes (or it has
+        none). One that fails for now is discarded, and the task polled again."""
+        if not isinstance(batch, SourceBatch) or batch.check is None:
+            return True
+        try:
+            await asyncio.to_thread(batch.check)
+        except RetriableError as exc:
+            await writer.discard(staged)
+            log.info(
+                "source task %s: %d written records discarded before their commit, to be"
+                " read again: %s",
+                self.name,
+                staged.records,
+                exc,
+            )
+            return False
+        return True
 
     async def _last_batch(self, key: bytes) -> bytes | None:
         value: bytes | None = None

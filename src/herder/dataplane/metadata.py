@@ -110,15 +110,17 @@ class Topic:
 class Segment(msgspec.Struct, frozen=True, kw_only=True):
     """One committed segment: records ``base_offset`` … ``base_offset + count - 1``.
 
-    ``files`` are Parquet files relative to ``storage.root``; a record's offset is
-    ``base_offset`` plus its ``seq`` column. ``delete_after_ms`` is set once retention
-    retired the segment: readers no longer see it, and its files go after that time.
+    ``files`` are Parquet files relative to ``storage.root``. ``delete_after_ms`` is set
+    once retention retired the segment: readers no longer see it, and its files go after
+    that time.
 
     ``file_counts``, when the writer gives it, is the number of records in each file
-    and promises that the files, in their order, hold consecutive runs of ``seq``, each
-    file's rows in ``seq`` order: a reader then reads only the files it needs and gets
-    records in offset order without sorting them. Without it (a batch written across
-    partitions in one job) nothing is promised about where a record is.
+    and promises that the files, in their order, hold consecutive runs of offsets, each
+    file's rows in offset order: a record's offset is ``base_offset``, plus the counts of
+    the files before its own, plus its row's index in its file. A reader then reads only
+    the files it needs and gets records in offset order without sorting them. Without it
+    (a batch written across partitions in one job) nothing is promised about where a
+    record is, and a record's offset is ``base_offset`` plus its ``seq`` column.
     """
 
     partition: int

@@ -3,20 +3,24 @@
 A reader first plans (:meth:`Topics.plan_read
 <herder.dataplane.topics.Topics.plan_read>`): which committed segments hold the
 offsets it wants. Segment files do not know their base offset — it was given out at
-commit — so each file's rows get their segment's partition and base offset as literals:
-the offset is ``base + seq``, and rows outside the wanted ``seq`` range are filtered out
-(pushed down to the Parquet reader). A read of a few files unions one scan per file; a
-read of many (a low-rate topic's small segments) reads them in one scan and finds each
-row's segment by its file's path (``_metadata.file_path``, whose last six components are
-the path stored in the ensemble) in a literal map, which costs a lookup per row but keeps
-the plan small. The columns are those of Spark's Kafka source
-(:data:`~herder.connect.SINK_COLUMNS`).
+commit — so each file's rows get their partition and first offset as literals.
 
 Segments that say which run of offsets each file holds (:attr:`Segment.file_counts
-<herder.dataplane.metadata.Segment.file_counts>`) are read file by file, only the files
-a read needs, filtered only where a file is partly wanted; and since each file's rows are
-in offset order, so is the union of their scans: an ordered read of them costs no sort.
-Other ordered reads are sorted by (partition, offset).
+<herder.dataplane.metadata.Segment.file_counts>`) hold each file's records in offset
+order, so a record's offset is its file's first offset plus its row's index in the file
+(Spark's ``_metadata.row_index``): such files need no ``seq`` column, and the batches
+staged by Spark have none. They are read file by file, only the files a read needs,
+filtered only where a file is partly wanted; and since the union of their scans keeps
+each scan's order, an ordered read of them costs no sort. Other segments' files carry
+``seq``, each record's place in its segment: the offset is ``base + seq``, rows outside
+the wanted range are filtered out (pushed down to the Parquet reader), and an ordered
+read is sorted by (partition, offset).
+
+A read of many files (a low-rate topic's small segments) reads them in one scan and
+finds each row's file by its path (``_metadata.file_path``, whose last six components
+are the path stored in the ensemble) in a literal map, which costs a lookup per row but
+keeps the plan small. The columns are those of Spark's Kafka source
+(:data:`~herder.connect.SINK_COLUMNS`).
 
 The CLI reads a segment at a time with pyarrow instead: no JVM to start for a
 ``consume`` of a few records.
@@ -28,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -63,59 +68,57 @@ def slices_dataframe(
 
     An ordered DataFrame's Spark partitions come in that order, each one's rows in it.
     """
-    from pyspark.sql import functions as F
-
     if not slices:
         return spark.createDataFrame([], SINK_DDL)
-    if all(piece.segment.ordered for piece in slices):
-        files = _files_of(slices)
-        if len(files) <= MAX_FILES_UNIONED:
-            # one scan per file, in order: a scan's partitions follow its file's row
-            # order, and a union keeps its inputs' partitions in order
-            return _file_by_file(spark, storage, topic, files)
-    elif sum(len(piece.segment.files) for piece in slices) <= MAX_FILES_UNIONED:
-        files = [
-            _FileRead(piece.segment.partition, piece.segment.base_offset, path,
-                      piece.from_offset, piece.to_offset, filtered=True,
-                      timestamp=piece.segment.max_timestamp)
-            for piece in slices
-            for path in piece.segment.files
-        ]  # fmt: skip
+    files = _files_of(slices)
+    if len(files) <= MAX_FILES_UNIONED:
+        # one scan per file, in order: a scan's partitions follow its file's row order,
+        # and a union keeps its inputs' partitions in order
         out = _file_by_file(spark, storage, topic, files)
-        return out.orderBy("partition", "offset") if ordered else out
+    else:
+        out = _one_scan(spark, storage, topic, files)
+    if ordered and not (len(files) <= MAX_FILES_UNIONED and all(f.positional for f in files)):
+        out = out.orderBy("partition", "offset")
+    return out
+
+
+def _one_scan(
+    spark: SparkSession, storage: Storage, topic: str, files: Sequence[_FileRead]
+) -> DataFrame:
+    """The records of ``files`` in one Parquet scan, each row's file found by its path."""
+    from pyspark.sql import functions as F
+
     pairs = []
-    paths = []
-    for piece in slices:
-        segment = piece.segment
+    for file in files:
         where = F.struct(
-            F.lit(segment.partition).cast("int").alias("partition"),
-            F.lit(segment.base_offset).cast("long").alias("base"),
-            F.lit(piece.from_offset - segment.base_offset).cast("long").alias("lo"),
-            F.lit(piece.to_offset - segment.base_offset).cast("long").alias("hi"),
-            F.lit(segment.max_timestamp).cast("long").alias("timestamp"),
+            F.lit(file.partition).cast("int").alias("partition"),
+            F.lit(file.first).cast("long").alias("first"),
+            F.lit(file.positional).alias("positional"),
+            F.lit(file.from_offset - file.first).cast("long").alias("lo"),
+            F.lit(file.to_offset - file.first).cast("long").alias("hi"),
+            F.lit(file.timestamp).cast("long").alias("timestamp"),
         )
-        for path in segment.files:
-            pairs += [F.lit(path), where]
-            paths.append(storage.uri(path))
+        pairs += [F.lit(file.path), where]
     located = F.create_map(*pairs)[
         F.substring_index(F.col("_metadata.file_path"), "/", -_PATH_DEPTH)
     ]
+    place = F.when(F.col("_file.positional"), F.col("_metadata.row_index")).otherwise(F.col("seq"))
     rows = (
         spark.read.schema(FILE_DDL)
-        .parquet(*paths)
-        .withColumn("_segment", located)
-        .where((F.col("seq") >= F.col("_segment.lo")) & (F.col("seq") < F.col("_segment.hi")))
+        .parquet(*(storage.uri(file.path) for file in files))
+        .withColumn("_file", located)
+        .withColumn("_place", place)
+        .where((F.col("_place") >= F.col("_file.lo")) & (F.col("_place") < F.col("_file.hi")))
     )
-    out = rows.select(
+    return rows.select(
         F.lit(topic).alias("topic"),
-        F.col("_segment.partition").alias("partition"),
-        (F.col("_segment.base") + F.col("seq")).alias("offset"),
-        _timestamp(F.col("_segment.timestamp")),
+        F.col("_file.partition").alias("partition"),
+        (F.col("_file.first") + F.col("_place")).alias("offset"),
+        _timestamp(F.col("_file.timestamp")),
         "key",
         "value",
         _headers(),
     )
-    return out.orderBy("partition", "offset") if ordered else out
 
 
 def _timestamp(shared: Column) -> Column:
@@ -135,12 +138,18 @@ def _headers() -> Column:
 
 @dataclass(frozen=True)
 class _FileRead:
-    """Offsets ``[from_offset, to_offset)`` of a segment's file; ``filtered`` if the
-    file holds records outside them."""
+    """Offsets ``[from_offset, to_offset)`` of a segment's file.
+
+    ``positional``: the file holds a run of offsets from ``first`` in order, a row's
+    offset is ``first`` plus its index in the file. Otherwise ``first`` is the segment's
+    base offset and a row's offset is ``first + seq``. ``filtered`` if the file holds
+    records outside the wanted offsets.
+    """
 
     partition: int
-    base_offset: int
     path: str
+    first: int
+    positional: bool
     from_offset: int
     to_offset: int
     filtered: bool
@@ -149,15 +158,24 @@ class _FileRead:
 
 
 def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
-    """The files of ordered segments that hold records of ``slices``, in offset order."""
+    """The files that hold records of ``slices``: of an ordered segment only those that
+    do, in offset order; of another, all of them."""
     files = []
     for piece in slices:
         segment = piece.segment
+        if not segment.ordered:
+            files += [
+                _FileRead(segment.partition, path, segment.base_offset, False,
+                          piece.from_offset, piece.to_offset, filtered=True,
+                          timestamp=segment.max_timestamp)
+                for path in segment.files
+            ]  # fmt: skip
+            continue
         for path, first, end in segment.file_ranges():
             lo, hi = max(first, piece.from_offset), min(end, piece.to_offset)
             if lo < hi:
                 files.append(
-                    _FileRead(segment.partition, segment.base_offset, path, lo, hi,
+                    _FileRead(segment.partition, path, first, True, lo, hi,
                               filtered=lo > first or hi < end,
                               timestamp=segment.max_timestamp)
                 )  # fmt: skip
@@ -175,15 +193,16 @@ def _file_by_file(
     parts = []
     for file in files:
         rows = spark.read.schema(FILE_DDL).parquet(storage.uri(file.path))
+        place = F.col("_metadata.row_index") if file.positional else F.col("seq")
         if file.filtered:
-            lo = file.from_offset - file.base_offset
-            hi = file.to_offset - file.base_offset
-            rows = rows.where((F.col("seq") >= F.lit(lo)) & (F.col("seq") < F.lit(hi)))
+            lo = file.from_offset - file.first
+            hi = file.to_offset - file.first
+            rows = rows.where((place >= F.lit(lo)) & (place < F.lit(hi)))
         parts.append(
             rows.select(
                 F.lit(topic).alias("topic"),
                 F.lit(file.partition).cast("int").alias("partition"),
-                (F.lit(file.base_offset).cast("long") + F.col("seq")).alias("offset"),
+                (F.lit(file.first).cast("long") + place).alias("offset"),
                 _timestamp(F.lit(file.timestamp).cast("long")),
                 "key",
                 "value",
@@ -209,7 +228,27 @@ SLICE_SCHEMA = pa.schema(
 def slice_table(storage: Storage, piece: SegmentSlice) -> pa.Table:
     """The records of one slice, read with pyarrow, in offset order (timestamps in ms)."""
     segment = piece.segment
-    table = storage.read_table(segment.files, schema=SEGMENT_SCHEMA)
+    if segment.ordered:
+        # only the files that hold wanted records, each a run of offsets in order
+        tables = []
+        for path, first, end in segment.file_ranges():
+            lo, hi = max(first, piece.from_offset), min(end, piece.to_offset)
+            if lo < hi:
+                table = storage.read_table([path], schema=SEGMENT_SCHEMA)
+                offsets = pa.array(np.arange(first, end, dtype=np.int64))
+                tables.append(table.append_column("offset", offsets).slice(lo - first, hi - lo))
+        table = (
+            pa.concat_tables(tables)
+            if tables
+            else SEGMENT_SCHEMA.empty_table().append_column("offset", pa.array([], pa.int64()))
+        )
+    else:
+        table = storage.read_table(segment.files, schema=SEGMENT_SCHEMA)
+        offsets = pc.add(table["seq"], pa.scalar(segment.base_offset, pa.int64()))
+        wanted = pc.and_(
+            pc.greater_equal(offsets, piece.from_offset), pc.less(offsets, piece.to_offset)
+        )
+        table = table.append_column("offset", offsets).filter(wanted).sort_by("offset")
     if table["headers"].null_count:
         no_headers = pa.array([[]] * table.num_rows, HEADER_TYPE)
         table = table.set_column(
@@ -220,11 +259,6 @@ def slice_table(storage: Storage, piece: SegmentSlice) -> pa.Table:
     if table["timestamp"].null_count:
         stamps = pc.fill_null(table["timestamp"], pa.scalar(segment.max_timestamp, pa.int64()))
         table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", stamps)
-    offsets = pc.add(table["seq"], pa.scalar(segment.base_offset, pa.int64()))
-    wanted = pc.and_(
-        pc.greater_equal(offsets, piece.from_offset), pc.less(offsets, piece.to_offset)
-    )
-    table = table.append_column("offset", offsets).filter(wanted).sort_by("offset")
     partition = pa.array([segment.partition] * table.num_rows, pa.int32())
     return pa.table(
         [

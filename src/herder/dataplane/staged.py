@@ -18,7 +18,7 @@ class StagedSegment:
     files: list[str]
     bytes: int
     max_timestamp: int
-    #: records per file when the files hold runs of ``seq`` in order (see
+    #: records per file when the files hold runs of records in order (see
     #: :attr:`Segment.file_counts <herder.dataplane.metadata.Segment.file_counts>`)
     file_counts: list[int] | None = None
 

@@ -15,10 +15,10 @@ batch's after them in one transaction, so the caller's ops keep their indexes in
 result, and a refused fencing check is reported as such even when the partition moved
 too. If the transaction is refused by one of the batch's end-offset checks, another
 writer (or retention) got there first: the partitions are re-read and the commit is
-tried again with new base offsets — the files stay as they are, since offsets are
-``base_offset + seq`` at read time. Any other refusal is raised: one of the caller's
-ops as :class:`TxnRefused` (with its index), a topic that changed as
-:class:`~herder.errors.UnknownTopicOrPartition`.
+tried again with new base offsets — the files stay as they are, since a record's
+offset is counted from its segment's ``base_offset`` at read time. Any other refusal is
+raised: one of the caller's ops as :class:`TxnRefused` (with its index), a topic that
+changed as :class:`~herder.errors.UnknownTopicOrPartition`.
 """
 
 from __future__ import annotations

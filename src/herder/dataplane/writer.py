@@ -7,15 +7,20 @@ partition, so one job writes every partition of every topic the batch touches.
 Nothing it writes is visible until :meth:`Topics.commit
 <herder.dataplane.topics.Topics.commit>` publishes the batch's segments.
 
-Each record of a segment carries ``seq``, its position within the segment counted from
-0; offsets are given out only at commit (``base_offset + seq``), so staging needs no
-coordination with other writers. Records that arrive as Python objects get their
-partition and ``seq`` in Python while they are turned into Arrow (:mod:`.records`).
-A DataFrame's rows get them in Spark: the partition from the same rules as an
-expression, and ``seq`` as ``row_number`` over its partition, ordered by
-``monotonically_increasing_id`` — which is not contiguous, but does follow the input's
-order — so the job shuffles by partition once (the shuffle that also gives each
-partition one file) and never brings rows back to Python.
+Offsets are given out only at commit, as a segment's ``base_offset``, so staging needs
+no coordination with other writers; a record's place within its segment is fixed by the
+write. A batch whose records all go to one partition (one topic, no keys — a file's
+lines, a poll of keyless records) is written as it comes, each Spark task's rows to
+files of its own, in order; the segment records how many each file holds, and a
+record's place is its file's first plus its row's index in the file (see
+:func:`_write_partition`): no shuffle, no numbering. A batch spread over partitions
+gives each record ``seq``, its place in its segment counted from 0: records that arrive
+as Python objects get their partition and ``seq`` in Python while they are turned into
+Arrow (:mod:`.records`); a DataFrame's rows get them in Spark, the partition from the
+same rules as an expression and ``seq`` as ``row_number`` over its partition, ordered
+by ``monotonically_increasing_id`` — which is not contiguous, but does follow the
+input's order — so the job shuffles by partition once and never brings rows back to
+Python.
 
 What a segment holds (count, newest timestamp) is read from the Parquet footers Spark
 wrote, and its size from the file listing, so the write is the batch's only Spark job.
@@ -49,11 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: A column a SourceBatch DataFrame may add to SOURCE_BATCH_COLUMNS: each row's number in
-#: the batch, 0 to n - 1, for sources that know it when they plan (a file's lines read by
-#: byte ranges). With a batch topic and no topic, partition or key column, the rows are
-#: staged to one partition with these numbers, without the shuffle that numbering costs.
-SEQ = "seq"
 #: Records one Spark task writes when a batch of SourceRecords is staged.
 ROWS_PER_WRITE_TASK = 100_000
 #: Most records in one staged file: the unit a sink's delivery reads whole.
@@ -118,17 +118,18 @@ class SegmentWriter:
             # createDataFrame makes a Spark partition of every Arrow batch (10k rows),
             # and each would write a file into every partition directory it touches;
             # coalescing keeps neighbouring rows together (without locality, coalesce
-            # groups consecutive partitions), so each file holds a run of ``seq``
+            # groups consecutive partitions, in order), so each file holds a run of records
             tasks = -(-table.num_rows // ROWS_PER_WRITE_TASK)
             only = _single_partition(table)
             if only is None:
                 df = self.spark.session.createDataFrame(table).coalesce(tasks)
                 _write(df, self.storage.uri(path))
                 return _describe(self.storage, path)
-            table, shared = _lean(table.drop_columns(["topic", "partition"]))
+            # one partition: the files' order is the records' (see _stage_in_order)
+            table, shared = _lean(table.drop_columns(["topic", "partition", "seq"]))
             df = self.spark.session.createDataFrame(table).coalesce(tasks)
             _write_partition(df, self.storage, path, *only)
-            return _describe(self.storage, path, ordered=True, timestamp=shared)
+            return _describe(self.storage, path, positional=True, timestamp=shared)
 
         segments = await self.spark.run(job, pool=self.pool)
         return self._staged_batch(batch, segments, topics)
@@ -142,17 +143,15 @@ class SegmentWriter:
         columns = set(df.columns)
         if "value" not in columns:
             raise ConfigError("a SourceBatch DataFrame needs a value column")
-        unknown = sorted(columns - {*SOURCE_BATCH_COLUMNS, SEQ})
+        unknown = sorted(columns - set(SOURCE_BATCH_COLUMNS))
         if unknown:
             raise ConfigError(
                 f"a SourceBatch DataFrame has no use for column {unknown[0]!r} "
                 f"(its columns are {', '.join(SOURCE_BATCH_COLUMNS)})"
             )
-        if SEQ in columns:
-            if topic is not None and not columns & {"topic", "partition", "key"}:
-                return await self._stage_sequenced(df, topic)
-            df = df.drop(SEQ)
-            columns.discard(SEQ)
+        if topic is not None and not columns & {"partition", "key"}:
+            # one topic and no key or partition column: every row goes to one partition
+            return await self._stage_in_order(df, topic)
         if topic is not None:
             names = {topic}
         elif "topic" in columns:
@@ -168,53 +167,47 @@ class SegmentWriter:
         now = self.topics.clock()
         path = batch_dir(self.task, self.epoch, batch)
 
-        # one topic and no key or partition column: every row goes to one partition
-        single = topic is not None and not columns & {"partition", "key"}
-
         def job() -> list[StagedSegment]:
-            rows = _sequenced(df, topic, counts, sticky, now)
-            if not single:
-                _write(rows, self.storage.uri(path))
-                return _describe(self.storage, path)
-            assert topic is not None
-            _write_partition(rows, self.storage, path, topic, sticky[topic])
-            return _describe(self.storage, path, ordered=True)
+            _write(_sequenced(df, topic, counts, sticky, now), self.storage.uri(path))
+            return _describe(self.storage, path)
 
         segments = await self.spark.run(job, pool=self.pool)
         return self._staged_batch(batch, segments, topics)
 
-    async def _stage_sequenced(self, df: DataFrame, topic: str) -> StagedBatch:
-        """Stage rows that already carry ``seq`` (0 to n - 1, each once) without the shuffle
-        that numbering them costs: all of them go to one partition, as keyless rows do.
+    async def _stage_in_order(self, df: DataFrame, topic: str) -> StagedBatch:
+        """Stage rows that all go to one partition (one topic, no keys, no partitions of
+        their own) as they come, without numbering them.
 
-        Whether ``seq`` does number the rows 0 to n - 1 is checked from the Parquet
-        footers (its least and greatest value against the row count); rows filtered out
-        on the way leave gaps, and then the batch is staged again, numbered by Spark.
+        Spark writes each of the DataFrame's partitions in order to files of its own,
+        named by its index (see :func:`_write_partition`), so the files, in order, hold
+        the records in the DataFrame's order — the order in which numbering them would
+        have given offsets — and a record's offset is its file's first offset plus its
+        row's index in the file. Spark adds no shuffle, and the files no ``seq``.
         """
         topics = await self._resolve({topic})
         batch = await self._allocate()
-        counts = {topic: topics[topic].partitions}
-        sticky = self._sticky(counts)
+        sticky = self._sticky({topic: topics[topic].partitions})
         now = self.topics.clock()
         path = batch_dir(self.task, self.epoch, batch)
 
         def job() -> list[StagedSegment]:
             from pyspark.sql import functions as F
 
-            # no keys, no headers and, unless the rows have their own, one timestamp:
+            # no keys; no headers and, unless the rows have their own, one timestamp:
             # the files leave those columns out (see _lean)
             columns = [F.col("value").cast("binary").alias("value")]
+            if "headers" in df.columns:
+                empty = F.array().cast(HEADERS_DDL)
+                headers = F.coalesce(F.col("headers").cast(HEADERS_DDL), empty)
+                columns.append(headers.alias("headers"))
             if "timestamp" in df.columns:
                 stamp = F.coalesce(F.unix_millis(F.col("timestamp")), F.lit(now))
                 columns.append(stamp.cast("long").alias("timestamp"))
-            rows = df.select(*columns, F.col(SEQ).cast("long").alias(SEQ))
             shared = None if "timestamp" in df.columns else now
             began = time.monotonic()
-            _write_partition(rows, self.storage, path, topic, sticky[topic])
+            _write_partition(df.select(*columns), self.storage, path, topic, sticky[topic])
             written = time.monotonic()
-            segments = _describe(self.storage, path, ordered=True, timestamp=shared)
-            # counts per file only if the files run 0..n-1 in order (see _runs_in_order)
-            numbered = all(s.file_counts is not None for s in segments)
+            segments = _describe(self.storage, path, positional=True, timestamp=shared)
             log.debug(
                 "task %s: Spark wrote batch %s in %.3f s, described in %.3f s",
                 self.task,
@@ -222,18 +215,10 @@ class SegmentWriter:
                 written - began,
                 time.monotonic() - written,
             )
-            if numbered:
-                return segments
-            log.info(
-                "task %s: batch %s does not number its rows 0..n-1; renumbering", self.task, path
-            )
-            self.storage.delete_dir(path)
-            renumbered = _sequenced(df.drop(SEQ), topic, counts, sticky, now)
-            _write_partition(renumbered, self.storage, path, topic, sticky[topic])
-            return _describe(self.storage, path, ordered=True)
+            return segments
 
         segments = await self.spark.run(job, pool=self.pool)
-        return self._staged_batch(batch, segments, topics)
+        return self._staged_batch(batch, segments, {topic: topics[topic]})
 
     async def discard(self, staged: StagedBatch) -> None:
         """Delete a batch that will never be committed (its commit was refused)."""
@@ -394,7 +379,8 @@ def _write_partition(
 
     Without ``partitionBy`` Spark adds no sort before writing, so each task's file holds
     its rows in the order they come, and a task starts a new file (``c001``, …) every
-    :data:`MAX_RECORDS_PER_FILE` rows: the files, in order, hold runs of ``seq``.
+    :data:`MAX_RECORDS_PER_FILE` rows: the files, in :func:`_file_order`, hold the
+    DataFrame's rows in order, and need no ``seq``.
     """
     uri = storage.uri(f"{batch}/topic={topic}/partition={partition}")
     (
@@ -446,14 +432,14 @@ def _file_order(path: str) -> tuple[int, int, str]:
 
 
 def _describe(
-    storage: Storage, batch: str, *, ordered: bool = False, timestamp: int | None = None
+    storage: Storage, batch: str, *, positional: bool = False, timestamp: int | None = None
 ) -> list[StagedSegment]:
     """The segments of a written batch, from its file listing and Parquet footers.
 
-    ``ordered``: each partition's files were written in order, each a run of ``seq``
-    (see :func:`_write_partition`); the files' ``seq`` statistics confirm it, and the
-    segments then say how many records each file holds. ``timestamp``: the one every
-    record has, for files written without that column.
+    ``positional``: each partition's files were written in order, without ``seq`` (see
+    :func:`_write_partition`); the segments then say how many records each file holds,
+    and a record's offset follows from its file and its row. ``timestamp``: the one
+    every record has, for files written without that column.
     """
     found: dict[tuple[str, int], list[tuple[str, int]]] = {}
     for entry in storage.list_dir(batch, recursive=True):
@@ -482,9 +468,7 @@ def _describe(
                     files=[f.path for f in kept],
                     bytes=sum(sizes[f.path] for f in kept),
                     max_timestamp=max(f.newest for f in kept),
-                    file_counts=[f.rows for f in kept]
-                    if ordered and _runs_in_order(kept)
-                    else None,
+                    file_counts=[f.rows for f in kept] if positional else None,
                 )
             )
     return segments
@@ -492,27 +476,11 @@ def _describe(
 
 @dataclass(frozen=True)
 class _FileSummary:
-    """What a staged file's footer says: its rows, their newest timestamp and the least
-    and greatest ``seq`` (None if the footer has no statistics for it)."""
+    """What a staged file's footer says: its rows and their newest timestamp."""
 
     path: str
     rows: int
     newest: int
-    seq_low: int | None
-    seq_high: int | None
-
-
-def _runs_in_order(files: Sequence[_FileSummary]) -> bool:
-    """Whether the files' ``seq`` runs from 0, each file's from where the previous one's
-    ended (each file's least and greatest value against its count)."""
-    start = 0
-    for f in files:
-        if f.seq_low is None or f.seq_high is None:
-            return False
-        if f.seq_low != start or f.seq_high - f.seq_low + 1 != f.rows:
-            return False
-        start = f.seq_high + 1
-    return True
 
 
 def _summarize(storage: Storage, path: str, shared: int | None) -> _FileSummary:
@@ -522,19 +490,14 @@ def _summarize(storage: Storage, path: str, shared: int | None) -> _FileSummary:
     names = meta.schema.names
     groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
     groups = [g for g in groups if g.num_rows]
-    seq = [g.column(names.index(SEQ)).statistics for g in groups]
-    low = high = None
-    if all(stats is not None and stats.has_min_max for stats in seq):
-        low = min((int(stats.min) for stats in seq), default=None)
-        high = max((int(stats.max) for stats in seq), default=None)
     if "timestamp" not in names:
         if shared is None:
             raise RuntimeError(f"{path} has no timestamp column and none was given for it")
-        return _FileSummary(path, meta.num_rows, shared, low, high)
+        return _FileSummary(path, meta.num_rows, shared)
     stamps = [g.column(names.index("timestamp")).statistics for g in groups]
     if all(stats is not None and stats.has_min_max for stats in stamps):
         newest = max((int(stats.max) for stats in stamps), default=-1)
     else:
         table: pa.Table = storage.read_table([path], columns=["timestamp"])
         newest = int(pc.max(table["timestamp"]).as_py())
-    return _FileSummary(path, meta.num_rows, newest, low, high)
+    return _FileSummary(path, meta.num_rows, newest)
