@@ -33,6 +33,11 @@ def cli(log_level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # py4j's DEBUG is every command sent to Spark's JVM: a trace of the bridge, not of
+    # herder, and slow enough to change what a DEBUG run measures (PUT /admin/loggers/py4j
+    # turns it on where wanted)
+    if logging.getLogger().level < logging.INFO:
+        logging.getLogger("py4j").setLevel(logging.INFO)
 
 
 def _register_commands() -> None:
