@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from zlib import crc32
 
 import pytest
@@ -242,3 +243,28 @@ def test_staged_files_sort_by_spark_task_then_by_file_within_it() -> None:
         for task in (0, 1)
         for n in (0, 999, 1000)
     ]
+
+
+def test_files_written_in_order_must_carry_sparks_names(tmp_path: Path) -> None:
+    """A batch staged without ``seq`` is ordered by its files' names alone: a file whose
+    name does not say its task and number cannot be placed, and staging says so."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from herder.dataplane.storage import Storage
+    from herder.dataplane.writer import _describe
+
+    storage = Storage(str(tmp_path))
+    batch = batch_dir("t-0", 1, 0)
+    folder = tmp_path / batch / "topic=t" / "partition=0"
+    folder.mkdir(parents=True)
+    table = pa.table({"value": [b"a", b"b"]})
+    pq.write_table(table, folder / "part-00000-e1-c000.snappy.parquet")
+    pq.write_table(table, folder / "part-00001-e1-c000.snappy.parquet")
+    [segment] = _describe(storage, batch, positional=True, timestamp=7)
+    assert segment.file_counts == [2, 2] and segment.max_timestamp == 7
+    pq.write_table(table, folder / "renamed.parquet")
+    with pytest.raises(RuntimeError, match=r"cannot tell where .*renamed\.parquet goes"):
+        _describe(storage, batch, positional=True, timestamp=7)
+    # a batch written with seq (spread over partitions) needs no order from names
+    assert _describe(storage, batch, timestamp=7)[0].file_counts is None

@@ -453,6 +453,16 @@ def _describe(
         found.setdefault(key, []).append((entry.path, entry.size))
     segments = []
     for (topic, partition), files in sorted(found.items()):
+        if positional:
+            unnamed = [
+                path for path, _ in files if _PART_FILE.match(path.rsplit("/", 1)[-1]) is None
+            ]
+            if unnamed:
+                # the files' order is the records' only through Spark's names for them
+                raise RuntimeError(
+                    f"cannot tell where {unnamed[0]} goes among the files Spark wrote: its name"
+                    " is not part-<task>-<job>-c<file>"
+                )
         summaries = [
             _summarize(storage, path, timestamp)
             for path, _size in sorted(files, key=lambda f: _file_order(f[0]))
