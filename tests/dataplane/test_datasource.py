@@ -117,6 +117,14 @@ class _Context(SourceTaskContext):
         return self.reader
 
 
+def start_source(path: Path, stored: Mapping[str, Any] | None) -> FileStreamSourceTask:
+    task = FileStreamSourceTask()
+    task.initialize(_Context(stored))
+    settings = {"file": str(path), "topic": "t", "poll.interval.ms": "10"}
+    task.start({**settings, "parallel.min.bytes": "50000", "parallel.split.bytes": "100000"})
+    return task
+
+
 @pytest.mark.spark
 @pytest.mark.timeout(300)
 def test_file_stream_source_hands_a_backlog_to_spark_with_its_planned_position(
@@ -128,17 +136,7 @@ def test_file_stream_source_hands_a_backlog_to_spark_with_its_planned_position(
     partial = b"partial line, no newline yet"
     with open(path, "ab") as f:
         f.write(partial)
-    task = FileStreamSourceTask()
-    task.initialize(_Context({"position": resume}))
-    task.start(
-        {
-            "file": str(path),
-            "topic": "t",
-            "poll.interval.ms": "10",
-            "parallel.min.bytes": "50000",
-            "parallel.split.bytes": "100000",
-        }
-    )
+    task = start_source(path, {"position": resume})
     try:
         batch = task.poll()
         assert isinstance(batch, SourceBatch)
@@ -165,14 +163,6 @@ def test_file_stream_source_hands_a_backlog_to_spark_with_its_planned_position(
         assert isinstance(task.poll(), SourceBatch)
     finally:
         task.stop()
-
-
-def start_source(path: Path, stored: Mapping[str, Any] | None) -> FileStreamSourceTask:
-    task = FileStreamSourceTask()
-    task.initialize(_Context(stored))
-    settings = {"file": str(path), "topic": "t", "poll.interval.ms": "10"}
-    task.start({**settings, "parallel.min.bytes": "50000", "parallel.split.bytes": "100000"})
-    return task
 
 
 @pytest.mark.spark
