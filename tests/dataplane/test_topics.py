@@ -531,6 +531,32 @@ async def topics_partition(ensemble: ServerHandle, storage: Storage, topic: str)
         return await topics.partition(topic, 0)
 
 
+async def test_a_commit_wakes_readers_of_its_topic_in_the_same_process(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    """A sink waiting for records is woken by a source task of its own worker (another
+    thread, event loop and Topics) committing to the topic, not at its next poll."""
+
+    async def commit_one() -> None:
+        async with connected(ensemble, storage, spark) as other:
+            writer = SegmentWriter(other, spark, "woken-0", 1)
+            await other.commit(await writer.stage([SourceRecord({}, {}, "woken", b"v")]))
+
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("woken", 1)
+        await topics.create("unrelated", 1)
+        marks = topics.commit_marks(["woken"])
+        assert not await topics.wait_for_commit(marks, 0.05)  # nothing committed yet
+        waiting = asyncio.create_task(topics.wait_for_commit(marks, 60))
+        await asyncio.to_thread(asyncio.run, commit_one())
+        assert await waiting, "the commit did not wake the reader"
+        # marks taken before a commit see it without waiting; other topics' do not
+        assert await topics.wait_for_commit(marks, 0)
+        unrelated = topics.commit_marks(["unrelated"])
+        await asyncio.to_thread(asyncio.run, commit_one())
+        assert not await topics.wait_for_commit(unrelated, 0.05)
+
+
 async def test_files_leave_out_what_every_record_shares(
     ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
 ) -> None:

@@ -493,9 +493,12 @@ class SinkExecution(_Execution):
             while not await self._idle(stopping, paused):
                 if member.failure is not None:
                     raise member.failure
+                marks = self.topics.commit_marks(topics)
                 delivered = await self._deliver(max_records)
                 if not delivered:
-                    await asyncio.sleep(SINK_POLL_MS / 1000)
+                    # woken at once by a commit of this worker's (a source task's);
+                    # other workers' commits are seen at the next poll
+                    await self.topics.wait_for_commit(marks, SINK_POLL_MS / 1000)
         finally:
             await member.close(leave=True)
             await asyncio.to_thread(self.task.close, list(self.positions))

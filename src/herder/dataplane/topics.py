@@ -24,8 +24,10 @@ changed as :class:`~herder.errors.UnknownTopicOrPartition`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -157,6 +159,57 @@ class RetentionReport:
 
     retired: dict[int, list[int]] = field(default_factory=dict)
     purged: dict[int, list[int]] = field(default_factory=dict)
+
+
+class _CommitSignals:
+    """Commits made in this process, by topic: a reader waiting for new records of a
+    topic (a sink task) is woken when a writer of the same worker (a source task, on
+    a thread and event loop of its own) commits to it, rather than at its next poll.
+    Commits by other processes are not seen here; readers keep polling for those."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._marks: dict[str, int] = {}
+        self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+
+    def marks(self, names: Iterable[str]) -> dict[str, int]:
+        with self._lock:
+            return {name: self._marks.get(name, 0) for name in names}
+
+    def committed(self, names: Iterable[str]) -> None:
+        with self._lock:
+            woken = set()
+            for name in names:
+                self._marks[name] = self._marks.get(name, 0) + 1
+                woken |= self._waiters.get(name, set())
+        for loop, event in woken:
+            with contextlib.suppress(RuntimeError):  # the waiter's loop has closed
+                loop.call_soon_threadsafe(event.set)
+
+    async def wait(self, marks: Mapping[str, int], timeout: float) -> bool:
+        """Whether one of the topics of ``marks`` saw a commit since they were taken;
+        waits up to ``timeout`` seconds for one."""
+        waiter = (asyncio.get_running_loop(), asyncio.Event())
+        with self._lock:
+            if any(self._marks.get(name, 0) != mark for name, mark in marks.items()):
+                return True
+            for name in marks:
+                self._waiters.setdefault(name, set()).add(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter[1].wait()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                for name in marks:
+                    self._waiters.get(name, set()).discard(waiter)
+                    if not self._waiters.get(name, True):
+                        del self._waiters[name]
+
+
+_signals = _CommitSignals()
 
 
 class Topics:
@@ -425,6 +478,18 @@ class Topics:
             ops.append(Append(state.log, segment.key, encode(segment)))
         return BatchOps(ops, segments, offset, checks)
 
+    @staticmethod
+    def commit_marks(names: Iterable[str]) -> dict[str, int]:
+        """Where this process's commits to ``names`` stand, for :meth:`wait_for_commit`."""
+        return _signals.marks(names)
+
+    @staticmethod
+    async def wait_for_commit(marks: Mapping[str, int], timeout: float) -> bool:
+        """Whether this process committed to a topic of ``marks`` since they were taken,
+        waiting up to ``timeout`` seconds for it (commits of other processes are not
+        seen: poll for those)."""
+        return await _signals.wait(marks, timeout)
+
     async def commit(self, staged: StagedBatch, ops: Sequence[Op] = ()) -> Committed:
         """Publish ``staged`` together with the caller's ``ops``, atomically.
 
@@ -438,6 +503,7 @@ class Topics:
             result = await self.client.transact([*own, *batch.ops], check=False)
             if result.ok:
                 self._committed(staged, batch, result)
+                _signals.committed(staged.topic_versions)
                 return Committed(result, batch.segments, attempt)
             if result.failed_op < 0:
                 raise error_from_code(result.error_code, result.message)
