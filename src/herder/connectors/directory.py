@@ -295,9 +295,17 @@ class DirectorySinkConnector(SinkConnector):
 
 
 def _concatenate(parts: list[str], target: str) -> None:
-    """``parts`` one after another into ``target`` (in the kernel where it can), then gone."""
-    with open(target, "wb") as out:
-        for part in parts:
+    """``parts`` one after another as ``target``, and gone: the first part grows by the
+    others (copied in the kernel where it can) and is renamed, so its bytes are not
+    copied."""
+    if not parts:
+        open(target, "wb").close()
+        return
+    first, rest = parts[0], parts[1:]
+    # not opened to append: copy_file_range refuses a file open with O_APPEND
+    with open(first, "r+b") as out:
+        out.seek(0, os.SEEK_END)
+        for part in rest:
             with open(part, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 copied = 0
@@ -311,6 +319,7 @@ def _concatenate(parts: list[str], target: str) -> None:
                     f.seek(copied)
                     shutil.copyfileobj(f, out)
             os.unlink(part)
+    os.replace(first, target)
 
 
 def output_name(tp: TopicPartition, base_offset: int, fmt: str) -> str:
