@@ -197,12 +197,9 @@ class SegmentWriter:
             # the files leave those columns out (see _lean)
             columns = [F.col("value").cast("binary").alias("value")]
             if "headers" in df.columns:
-                empty = F.array().cast(HEADERS_DDL)
-                headers = F.coalesce(F.col("headers").cast(HEADERS_DDL), empty)
-                columns.append(headers.alias("headers"))
+                columns.append(_headers(df).alias("headers"))
             if "timestamp" in df.columns:
-                stamp = F.coalesce(F.unix_millis(F.col("timestamp")), F.lit(now))
-                columns.append(stamp.cast("long").alias("timestamp"))
+                columns.append(_timestamp(df, now).cast("long").alias("timestamp"))
             shared = None if "timestamp" in df.columns else now
             began = time.monotonic()
             _write_partition(df.select(*columns), self.storage, path, topic, sticky[topic])
@@ -303,6 +300,26 @@ def _by_topic(topic: Column, values: Mapping[str, int]) -> Column:
     return expr
 
 
+def _headers(df: DataFrame) -> Column:
+    """Each row's headers as a segment holds them: none (an empty list) for null, or
+    for every row of a DataFrame without the column."""
+    from pyspark.sql import functions as F
+
+    empty = F.array().cast(HEADERS_DDL)
+    if "headers" not in df.columns:
+        return empty
+    return F.coalesce(F.col("headers").cast(HEADERS_DDL), empty)
+
+
+def _timestamp(df: DataFrame, now_ms: int) -> Column:
+    """Each row's timestamp in ms: its own, or ``now_ms`` where it has none."""
+    from pyspark.sql import functions as F
+
+    if "timestamp" not in df.columns:
+        return F.lit(now_ms)
+    return F.coalesce(F.unix_millis(F.col("timestamp")), F.lit(now_ms))
+
+
 def _sequenced(
     df: DataFrame,
     topic: str | None,
@@ -317,16 +334,8 @@ def _sequenced(
     columns = set(df.columns)
     topic_col = F.lit(topic) if topic is not None else F.col("topic")
     key = F.col("key").cast("binary") if "key" in columns else F.lit(None).cast("binary")
-    headers = (
-        F.coalesce(F.col("headers").cast(HEADERS_DDL), F.array().cast(HEADERS_DDL))
-        if "headers" in columns
-        else F.array().cast(HEADERS_DDL)
-    )
-    timestamp = (
-        F.coalesce(F.unix_millis(F.col("timestamp")), F.lit(now_ms))
-        if "timestamp" in columns
-        else F.lit(now_ms)
-    )
+    headers = _headers(df)
+    timestamp = _timestamp(df, now_ms)
     count = _by_topic(topic_col, counts)
     by_key = F.when(key.isNotNull(), F.pmod(F.crc32(key), count).cast("int")).otherwise(
         _by_topic(topic_col, sticky).cast("int")
@@ -453,20 +462,14 @@ def _describe(
         found.setdefault(key, []).append((entry.path, entry.size))
     segments = []
     for (topic, partition), files in sorted(found.items()):
-        if positional:
-            unnamed = [
-                path for path, _ in files if _PART_FILE.match(path.rsplit("/", 1)[-1]) is None
-            ]
-            if unnamed:
-                # the files' order is the records' only through Spark's names for them
-                raise RuntimeError(
-                    f"cannot tell where {unnamed[0]} goes among the files Spark wrote: its name"
-                    " is not part-<task>-<job>-c<file>"
-                )
-        summaries = [
-            _summarize(storage, path, timestamp)
-            for path, _size in sorted(files, key=lambda f: _file_order(f[0]))
-        ]
+        ordered = sorted(files, key=lambda f: _file_order(f[0]))
+        if positional and _file_order(ordered[0][0])[0] < 0:
+            # the files' order is the records' only through Spark's names for them
+            raise RuntimeError(
+                f"cannot tell where {ordered[0][0]} goes among the files Spark wrote: its"
+                " name is not part-<task>-<job>-c<file>"
+            )
+        summaries = [_summarize(storage, path, timestamp) for path, _size in ordered]
         kept = [f for f in summaries if f.rows]
         if kept:
             sizes = dict(files)
@@ -498,13 +501,13 @@ def _summarize(storage: Storage, path: str, shared: int | None) -> _FileSummary:
     file has no such column."""
     meta = storage.footer(path)
     names = meta.schema.names
-    groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
-    groups = [g for g in groups if g.num_rows]
     if "timestamp" not in names:
         if shared is None:
             raise RuntimeError(f"{path} has no timestamp column and none was given for it")
         return _FileSummary(path, meta.num_rows, shared)
-    stamps = [g.column(names.index("timestamp")).statistics for g in groups]
+    groups = (meta.row_group(i) for i in range(meta.num_row_groups))
+    column = names.index("timestamp")
+    stamps = [g.column(column).statistics for g in groups if g.num_rows]
     if all(stats is not None and stats.has_min_max for stats in stamps):
         newest = max((int(stats.max) for stats in stamps), default=-1)
     else:
