@@ -41,7 +41,7 @@ from herder.dataplane.storage import Storage
 from herder.dataplane.topics import SegmentSlice
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 #: The schema of a segment file, as Spark reads it.
 FILE_DDL = f"key binary, value binary, headers {HEADERS_DDL}, timestamp bigint, seq bigint"
@@ -110,30 +110,28 @@ def _one_scan(
         .withColumn("_place", place)
         .where((F.col("_place") >= F.col("_file.lo")) & (F.col("_place") < F.col("_file.hi")))
     )
-    return rows.select(
-        F.lit(topic).alias("topic"),
-        F.col("_file.partition").alias("partition"),
-        (F.col("_file.first") + F.col("_place")).alias("offset"),
-        _timestamp(F.col("_file.timestamp")),
-        "key",
-        "value",
-        _headers(),
+    return rows.selectExpr(
+        *_sink_columns(topic, "_file.partition", "_file.first + _place", "_file.timestamp")
     )
 
 
-def _timestamp(shared: Column) -> Column:
-    """Each record's timestamp: its own, or, in a file without them, ``shared``."""
-    from pyspark.sql import functions as F
+def _sink_columns(topic: str, partition: str, offset: str, shared_timestamp: str) -> list[str]:
+    """SQL for the columns a reader gives, from a segment file's row and the SQL of its
+    partition, offset and, for a file without timestamps, its segment's timestamp.
 
-    return F.timestamp_millis(F.coalesce(F.col("timestamp"), shared)).alias("timestamp")
-
-
-def _headers() -> Column:
-    """Each record's headers; none (an empty list) in a file without them."""
-    from pyspark.sql import functions as F
-
-    empty = F.array().cast(HEADERS_DDL)
-    return F.coalesce(F.col("headers"), empty).alias("headers")
+    Strings rather than Column objects: a few calls into Spark's JVM per file, where
+    Columns cost a couple of hundred (a third of a second for three files). Topic names
+    are letters, digits, ``.``, ``_`` and ``-``: safe in a SQL literal.
+    """
+    return [
+        f"'{topic}' AS topic",
+        f"CAST({partition} AS INT) AS partition",
+        f"{offset} AS offset",
+        f"timestamp_millis(coalesce(timestamp, CAST({shared_timestamp} AS BIGINT))) AS timestamp",
+        "key",
+        "value",
+        f"coalesce(headers, CAST(array() AS {HEADERS_DDL})) AS headers",
+    ]
 
 
 @dataclass(frozen=True)
@@ -185,15 +183,9 @@ def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
 def _file_by_file(
     spark: SparkSession, storage: Storage, topic: str, files: Sequence[_FileRead]
 ) -> DataFrame:
-    """The records of ``files``, one Parquet scan per file, unioned in their order.
-
-    The columns are SQL expression strings: a few calls into Spark's JVM per file,
-    where Column objects cost a couple of hundred (a third of a second for three files).
-    Topic names are letters, digits, ``.``, ``_`` and ``-``, safe in a SQL literal.
-    """
+    """The records of ``files``, one Parquet scan per file, unioned in their order."""
     from functools import reduce
 
-    empty_headers = f"CAST(array() AS {HEADERS_DDL})"
     parts = []
     for file in files:
         rows = spark.read.schema(FILE_DDL).parquet(storage.uri(file.path))
@@ -202,17 +194,9 @@ def _file_by_file(
             lo = file.from_offset - file.first
             hi = file.to_offset - file.first
             rows = rows.where(f"{place} >= {lo} AND {place} < {hi}")
+        offset = f"CAST({file.first} AS BIGINT) + {place}"
         parts.append(
-            rows.selectExpr(
-                f"'{topic}' AS topic",
-                f"CAST({file.partition} AS INT) AS partition",
-                f"CAST({file.first} AS BIGINT) + {place} AS offset",
-                f"timestamp_millis(coalesce(timestamp, CAST({file.timestamp} AS BIGINT)))"
-                " AS timestamp",
-                "key",
-                "value",
-                f"coalesce(headers, {empty_headers}) AS headers",
-            )
+            rows.selectExpr(*_sink_columns(topic, str(file.partition), offset, str(file.timestamp)))
         )
     return reduce(lambda a, b: a.unionAll(b), parts)
 
@@ -255,12 +239,8 @@ def slice_table(storage: Storage, piece: SegmentSlice) -> pa.Table:
         )
         table = table.append_column("offset", offsets).filter(wanted).sort_by("offset")
     if table["headers"].null_count:
-        no_headers = pa.array([[]] * table.num_rows, HEADER_TYPE)
-        table = table.set_column(
-            table.schema.get_field_index("headers"),
-            "headers",
-            pc.if_else(pc.is_null(table["headers"]), no_headers, table["headers"]),
-        )
+        headers = pc.fill_null(table["headers"], pa.scalar([], HEADER_TYPE))
+        table = table.set_column(table.schema.get_field_index("headers"), "headers", headers)
     if table["timestamp"].null_count:
         stamps = pc.fill_null(table["timestamp"], pa.scalar(segment.max_timestamp, pa.int64()))
         table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", stamps)
