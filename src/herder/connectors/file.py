@@ -211,11 +211,11 @@ class FileStreamSourceTask(SourceTask):
             identity = file_identity(self.path)
             if identity[2] == end:
                 data = whole_file_lines_dataframe(runtime.session, self.path)
+            if data is not None:
                 check = functools.partial(self._check_unchanged, identity)
         if data is not None:
             how = "whole by Spark's text reader"
         else:
-            check = None
             split = balanced_split_bytes(
                 end - self.position, self.parallel_split_bytes, runtime.parallelism
             )

@@ -602,9 +602,10 @@ class SinkExecution(_Execution):
         began = time.monotonic()
         reading = 0.0
         for topic, ranges in by_topic.items():
+            read_at = time.monotonic()
             df = await self.topics.read(topic, ranges, ordered=True, pool=self.name)
             df = await self.pipeline.before_put(df)
-            reading = time.monotonic() - began
+            reading += time.monotonic() - read_at
             try:
                 await asyncio.to_thread(self.task.put, df)
             except RetriableError as exc:
@@ -614,8 +615,8 @@ class SinkExecution(_Execution):
         self.positions.update(reached)
         if await self._commit_positions():
             log.debug(
-                "sink task %s: delivered up to %s: read and put in %.3f s (the last read"
-                " planned in %.3f s), committed in %.3f s",
+                "sink task %s: delivered up to %s: read and put in %.3f s (reads planned in"
+                " %.3f s), committed in %.3f s",
                 self.name,
                 {f"{tp.topic}-{tp.partition}": o for tp, o in reached.items()},
                 put_at - began,
