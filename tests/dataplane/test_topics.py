@@ -428,17 +428,21 @@ async def running_source(
 
 
 async def wait_for_records(topics: Any, topic: str, count: int, what: str) -> dict[int, int]:
-    """The end offsets of ``topic`` once they add up to ``count`` (within 60 s)."""
-    deadline = asyncio.get_running_loop().time() + 60
+    """The end offsets of ``topic`` once they add up to ``count`` (within 60 s): checked
+    again whenever the source (a task of this process) commits to it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
     while True:
+        marks = topics.commit_marks([topic])
         try:
             ends = await topics.end_offsets(topic)
-        except HerderError:
+        except HerderError:  # not created yet: its creation is no commit, so look again
             ends = {}
         if sum(ends.values()) == count:
             return ends
-        assert asyncio.get_running_loop().time() < deadline, what
-        await asyncio.sleep(0.1)
+        remaining = deadline - loop.time()
+        assert remaining > 0, what
+        await topics.wait_for_commit(marks, remaining if ends else min(remaining, 0.5))
 
 
 async def test_a_source_creates_its_topic_with_the_configured_partitions(
