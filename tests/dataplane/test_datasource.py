@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pytest
 
 from herder.connect import OffsetReader, SourceBatch, SourceTaskContext
@@ -24,6 +25,9 @@ from herder.dataplane.datasource import (
 )
 from herder.errors import RetriableError
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 
 def write_lines(path: Path, count: int, first: int = 0, *, mode: str = "w") -> list[bytes]:
     lines = [b"line %06d " % i + b"y" * (i % 37) for i in range(first, first + count)]
@@ -33,6 +37,12 @@ def write_lines(path: Path, count: int, first: int = 0, *, mode: str = "w") -> l
 
 
 @pytest.mark.unit
+def line_bytes(df: DataFrame) -> list[bytes]:
+    """The ``value`` column's bytes, whether it is typed binary or (lines Spark's text
+    reader gave, not decoded) string."""
+    return df.toArrow().column("value").cast(pa.binary()).to_pylist()
+
+
 def test_lines_split_like_file_stream_source() -> None:
     buffer = b"a\nbb\r\n\r\n\n\rc\nd\r\r\n"
     assert lines_to_array(buffer).to_pylist() == [b"a", b"bb", b"", b"", b"\rc", b"d\r"]
@@ -187,7 +197,8 @@ def test_a_whole_file_goes_to_sparks_text_reader_and_is_read_again_if_it_grew(
         assert list(batch.offsets) == [({"filename": str(path)}, {"position": size})]
         assert "FileScan text" in batch.data._jdf.queryExecution().executedPlan().toString()
         assert batch.data.rdd.getNumPartitions() >= 8
-        assert batch.data.toArrow().column("value").to_pylist() == expected
+        # each line's bytes, typed string as Spark's text reader gives them
+        assert line_bytes(batch.data) == expected
         batch.check()  # the file did not change: the batch may commit
 
         # the same read, had the file grown before the job ended, may hold a line past
@@ -199,9 +210,31 @@ def test_a_whole_file_goes_to_sparks_text_reader_and_is_read_again_if_it_grew(
         again = task.poll()
         assert isinstance(again, SourceBatch) and again.check is None
         assert list(again.offsets) == [({"filename": str(path)}, {"position": path.stat().st_size})]
-        assert again.data.toArrow().column("value").to_pylist() == [*expected, *more]
+        assert line_bytes(again.data) == [*expected, *more]
     finally:
         conf.unset("spark.sql.files.maxPartitionBytes")
+        task.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_whole_file_without_carriage_returns_is_read_with_no_expression_per_line(
+    spark: SparkRuntime, tmp_path: Path
+) -> None:
+    path = tmp_path / "plain.txt"
+    lines = write_lines(path, 20_000)
+    odd = [b"", b"not utf-8 \xff\xfe", b"\xf0 cut short", b"last"]
+    with open(path, "ab") as f:
+        f.write(b"".join(line + b"\n" for line in odd))
+    task = start_source(path, None)
+    try:
+        batch = task.poll()
+        assert isinstance(batch, SourceBatch) and batch.check is not None
+        plan = batch.data._jdf.queryExecution().executedPlan().toString()
+        assert "FileScan text" in plan and "CASE" not in plan
+        assert batch.data.dtypes == [("value", "string")]
+        assert line_bytes(batch.data) == [*lines, *odd]
+    finally:
         task.stop()
 
 

@@ -143,12 +143,18 @@ async def test_files_with_and_without_seq_read_alike_in_every_reader(
     storage: Storage,
     spark: SparkRuntime,
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     """Ordered segments are read by row position: files written before ``seq`` was left
     out (which still carry it) and files without it give the same offsets, whether read
-    file by file, in one scan of many files, or with pyarrow."""
+    file by file, in one scan of many files, or with pyarrow. Values staged from a
+    ``string`` column (lines from Spark's text reader, whatever their bytes) are stored
+    as they are and read back as the same bytes."""
     old = [b"old %04d" % i for i in range(300)]
     new = [SourceRecord({}, {}, "mixed", b"new %04d" % i) for i in range(400)]
+    text = [b"text %04d" % i + (b" \xff\xfe" if i % 7 == 0 else b"") for i in range(200)]
+    text_path = tmp_path / "lines.txt"
+    text_path.write_bytes(b"".join(line + b"\n" for line in text))
     async with connected(ensemble, storage, spark) as topics:
         topic = await topics.create("mixed", 1)
         path = stage_with_seq(storage, "mixed-0", 0, "mixed", old)
@@ -158,8 +164,13 @@ async def test_files_with_and_without_seq_read_alike_in_every_reader(
         staged = await writer.stage(new)
         assert storage.footer(staged.segments[0].files[0]).schema.names == ["value"]
         await topics.commit(staged)
+        lines = await spark.run(lambda: spark.session.read.text(str(text_path)))
+        staged = await writer.stage(lines, "mixed")
+        stored = storage.footer(staged.segments[0].files[0]).schema.to_arrow_schema()
+        assert str(stored.field("value").type) == "string"  # not copied into binary
+        await topics.commit(staged)
 
-        everything = [*old, *(r.value for r in new)]
+        everything = [*old, *(r.value for r in new), *text]
         window = (250, 350)  # the end of the old segment and the start of the new
         for unioned in (32, 0):  # file by file; one scan of every file
             monkeypatch.setattr("herder.dataplane.reader.MAX_FILES_UNIONED", unioned)
@@ -169,8 +180,9 @@ async def test_files_with_and_without_seq_read_alike_in_every_reader(
             got = await spark.run(df.collect)
             assert [r["offset"] for r in got] == list(range(*window))
             assert [r["value"] for r in got] == everything[slice(*window)]
-        plan = await topics.plan_read("mixed", {0: window})
-        rows = [row for piece in plan for row in slice_table(storage, piece).to_pylist()]
-        assert [(r["offset"], r["value"]) for r in rows] == [
-            (o, everything[o]) for o in range(*window)
-        ]
+        for window in ((250, 350), (600, 900)):  # the last: the text segment's lines
+            plan = await topics.plan_read("mixed", {0: window})
+            rows = [row for piece in plan for row in slice_table(storage, piece).to_pylist()]
+            assert [(r["offset"], r["value"]) for r in rows] == [
+                (o, everything[o]) for o in range(*window) if o < len(everything)
+            ]

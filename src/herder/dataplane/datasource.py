@@ -21,11 +21,15 @@ gives an extra line: the caller checks, once the job is done, that the file stil
 the size it planned for (:func:`file_identity`).
 
 Lines are split on ``\\n``; a ``\\r`` before it is dropped, as FileStreamSource does.
+The text reader gives each line's bytes as they are in a ``string`` column (Spark does
+not decode them); they are staged as they come, without a copy into ``binary``, unless
+the file holds a ``\\r`` at all, which costs an expression per line.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 import threading
@@ -244,8 +248,9 @@ def file_identity(path: str) -> tuple[int, int, int]:
 
 
 def whole_file_lines_dataframe(session: SparkSession, path: str) -> DataFrame | None:
-    """A DataFrame (``value binary``) of every line of ``path`` read by Spark's text
-    reader, in order; None if Spark cannot be given the path as it is.
+    """A DataFrame (``value``: each line's bytes, typed ``string``) of every line of
+    ``path`` read by Spark's text reader, in order; None if Spark cannot be given the
+    path as it is.
 
     The file must end in ``\\n`` and must not grow until the job is done (see the module
     docstring): compare :func:`file_identity` before and after.
@@ -255,14 +260,25 @@ def whole_file_lines_dataframe(session: SparkSession, path: str) -> DataFrame | 
     path = os.path.abspath(path)
     if not _PLAIN_PATH.fullmatch(path):
         return None
-    lines = (
-        session.read.option("lineSep", "\n")
-        .text(f"file://{path}")
-        .select(F.col("value").cast("binary").alias("value"))
-    )
     # "\r\n" ends a line as "\n" does; a lone "\r" belongs to its line (so lineSep is "\n")
+    lines = session.read.option("lineSep", "\n").text(f"file://{path}")
+    if not _holds_carriage_return(path):
+        return lines
+    # bytes, not characters: a line need not be UTF-8, and a string's length counts
+    # code points; only the lines that end in "\r" pay for the copy
     stripped = F.expr(
-        "CASE WHEN endswith(value, X'0D') THEN substring(value, 1, length(value) - 1)"
+        "CASE WHEN endswith(value, '\\r')"
+        " THEN CAST(substring(CAST(value AS BINARY), 1, octet_length(value) - 1) AS STRING)"
         " ELSE value END"
     )
     return lines.select(stripped.alias("value"))
+
+
+def _holds_carriage_return(path: str) -> bool:
+    """Whether the file has a ``\\r`` anywhere (a memchr over the page cache: about
+    20 ms for 200 MB)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return mapped.find(b"\r") >= 0

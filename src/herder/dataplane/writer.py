@@ -56,8 +56,10 @@ log = logging.getLogger(__name__)
 
 #: Records one Spark task writes when a batch of SourceRecords is staged.
 ROWS_PER_WRITE_TASK = 100_000
-#: Most records in one staged file: the unit a sink's delivery reads whole.
-MAX_RECORDS_PER_FILE = 1_000_000
+#: Most records in one staged file: the unit a sink's delivery reads whole. As many as a
+#: sink's delivery takes by default, so that a Spark task's split of a large file (128 MiB
+#: by default, over a million short lines) is one file rather than a file and a remnant.
+MAX_RECORDS_PER_FILE = 2_000_000
 
 
 class SegmentWriter:
@@ -194,8 +196,12 @@ class SegmentWriter:
             from pyspark.sql import functions as F
 
             # no keys; no headers and, unless the rows have their own, one timestamp:
-            # the files leave those columns out (see _lean)
-            columns = [F.col("value").cast("binary").alias("value")]
+            # the files leave those columns out (see _lean). A string value is its
+            # bytes already, stored as they are: casting would copy every one.
+            value = F.col("value")
+            if dict(df.dtypes)["value"] not in ("string", "binary"):
+                value = value.cast("binary")
+            columns = [value.alias("value")]
             if "headers" in df.columns:
                 columns.append(_headers(df).alias("headers"))
             if "timestamp" in df.columns:
