@@ -409,17 +409,17 @@ class DirectorySinkTask(SinkTask):
 
     def _write(self, df: DataFrame, temp: str, *, single: bool) -> None:
         began = time.monotonic()
-        rows = self._rows(df)
         if single and self._lines:
             # the runtime's rows come in offset order, spread over Spark partitions in
             # that order: their files, one after another, are the partition's file
-            writer = rows.drop("topic", "partition", "offset").write
+            writer = self._rows(df, located=False).write
         elif single:
             # one Spark task, to write one file, keeps the runtime's offset order
-            writer = rows.drop("topic", "partition", "offset").coalesce(1).write
+            writer = self._rows(df, located=False).coalesce(1).write
         else:
             writer = (
-                rows.repartition("topic", "partition")
+                self._rows(df, located=True)
+                .repartition("topic", "partition")
                 .sortWithinPartitions("topic", "partition", "offset")
                 .drop("offset")
                 .write.partitionBy("topic", "partition")
@@ -442,11 +442,12 @@ class DirectorySinkTask(SinkTask):
         """Whether values are written as they are, a line each (text, and JSON as given)."""
         return self.format == "text" or (self.format == "json" and not self.schema)
 
-    def _rows(self, df: DataFrame) -> DataFrame:
-        """``df`` as the columns to write, with ``topic``, ``partition`` and ``offset``."""
+    def _rows(self, df: DataFrame, *, located: bool) -> DataFrame:
+        """``df`` as the columns to write, with ``topic``, ``partition`` and ``offset`` if
+        ``located`` (a write of several partitions, which sorts and splits by them)."""
         from pyspark.sql import functions as F
 
-        where = ["topic", "partition", "offset"]
+        where = ["topic", "partition", "offset"] if located else []
         value = F.col("value").cast("string").alias("value")
         if self.format == "text":
             return df.select(*where, value)

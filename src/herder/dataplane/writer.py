@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from herder.connect.records import SOURCE_BATCH_COLUMNS, SourceRecord
 from herder.dataplane.metadata import Topic
-from herder.dataplane.records import HEADERS_DDL, SEGMENT_COLUMNS, records_to_table
+from herder.dataplane.records import HEADERS_DDL, records_to_table
 from herder.dataplane.spark import SparkRuntime
 from herder.dataplane.staged import StagedBatch, StagedSegment
 from herder.dataplane.storage import Storage, batch_dir, check_task_name, writer_dir
@@ -198,17 +198,21 @@ class SegmentWriter:
             # no keys; no headers and, unless the rows have their own, one timestamp:
             # the files leave those columns out (see _lean). A string value is its
             # bytes already, stored as they are: casting would copy every one.
-            value = F.col("value")
-            if dict(df.dtypes)["value"] not in ("string", "binary"):
-                value = value.cast("binary")
-            columns = [value.alias("value")]
-            if "headers" in df.columns:
-                columns.append(_headers(df).alias("headers"))
-            if "timestamp" in df.columns:
-                columns.append(_timestamp(df, now).cast("long").alias("timestamp"))
-            shared = None if "timestamp" in df.columns else now
+            types = dict(df.dtypes)
+            rows = df
+            if list(types) != ["value"] or types["value"] not in ("string", "binary"):
+                value = F.col("value")
+                if types["value"] not in ("string", "binary"):
+                    value = value.cast("binary")
+                columns = [value.alias("value")]
+                if "headers" in types:
+                    columns.append(_headers(df).alias("headers"))
+                if "timestamp" in types:
+                    columns.append(_timestamp(df, now).cast("long").alias("timestamp"))
+                rows = df.select(*columns)
+            shared = None if "timestamp" in types else now
             began = time.monotonic()
-            _write_partition(df.select(*columns), self.storage, path, topic, sticky[topic])
+            _write_partition(rows, self.storage, path, topic, sticky[topic])
             written = time.monotonic()
             segments = _describe(self.storage, path, positional=True, timestamp=shared)
             log.debug(
@@ -392,18 +396,15 @@ def _write_partition(
 ) -> None:
     """Write a batch whose rows all go to ``partition`` of ``topic``, into its directory.
 
-    Without ``partitionBy`` Spark adds no sort before writing, so each task's file holds
-    its rows in the order they come, and a task starts a new file (``c001``, …) every
+    ``df`` has the columns of a segment file, in their order
+    (:data:`~herder.dataplane.records.SEGMENT_COLUMNS`, those it keeps). Without
+    ``partitionBy`` Spark adds no sort before writing, so each task's file holds its rows
+    in the order they come, and a task starts a new file (``c001``, …) every
     :data:`MAX_RECORDS_PER_FILE` rows: the files, in :func:`_file_order`, hold the
     DataFrame's rows in order, and need no ``seq``.
     """
     uri = storage.uri(f"{batch}/topic={topic}/partition={partition}")
-    (
-        df.select(*(c for c in SEGMENT_COLUMNS if c in df.columns))
-        .write.option("maxRecordsPerFile", MAX_RECORDS_PER_FILE)
-        .mode("errorifexists")
-        .parquet(uri)
-    )
+    (df.write.option("maxRecordsPerFile", MAX_RECORDS_PER_FILE).mode("errorifexists").parquet(uri))
 
 
 def _lean(table: pa.Table) -> tuple[pa.Table, int | None]:
