@@ -36,6 +36,11 @@ def write_lines(path: Path, count: int, first: int = 0, *, mode: str = "w") -> l
     return lines
 
 
+def append_lines(path: Path, lines: Sequence[bytes]) -> None:
+    with open(path, "ab") as f:
+        f.write(b"".join(line + b"\n" for line in lines))
+
+
 @pytest.mark.unit
 def line_bytes(df: DataFrame) -> list[bytes]:
     """The ``value`` column's bytes, whether it is typed binary or (lines Spark's text
@@ -183,8 +188,7 @@ def test_a_whole_file_goes_to_sparks_text_reader_and_is_read_again_if_it_grew(
     path = tmp_path / "whole.txt"
     lines = write_lines(path, 20_000)
     odd = [b"crlf\r", b"a lone \r inside", b"", b"not utf-8 \xff\xfe", b"two \r\r"]
-    with open(path, "ab") as f:
-        f.write(b"".join(line + b"\n" for line in odd))
+    append_lines(path, odd)
     # as FileStreamSource splits lines: "\r\n" ends one, a lone "\r" is kept
     expected = [*lines, b"crlf", b"a lone \r inside", b"", b"not utf-8 \xff\xfe", b"two \r"]
     conf = spark.session.conf
@@ -224,8 +228,7 @@ def test_a_whole_file_without_carriage_returns_is_read_with_no_expression_per_li
     path = tmp_path / "plain.txt"
     lines = write_lines(path, 20_000)
     odd = [b"", b"not utf-8 \xff\xfe", b"\xf0 cut short", b"last"]
-    with open(path, "ab") as f:
-        f.write(b"".join(line + b"\n" for line in odd))
+    append_lines(path, odd)
     task = start_source(path, None)
     try:
         batch = task.poll()
