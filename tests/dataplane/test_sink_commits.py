@@ -1,5 +1,6 @@
 """A sink task's offset commit that fails for now is tried again; one refused ends the
-delivery until the next assignment. Neither fails the task.
+delivery until the next assignment. Neither fails the task. And ``put`` runs its Spark
+jobs in the task's scheduler pool.
 
 During an ensemble election no server can name the group coordinator for a moment; a
 commit made then fails with COORDINATOR_NOT_AVAILABLE. Connect's sink tasks log such a
@@ -20,6 +21,7 @@ import pytest
 from herder.connect import SinkTask, TopicPartition
 from herder.coordinator.client import Generation
 from herder.dataplane.execution import SinkExecution, TaskExecutions
+from herder.dataplane.spark import POOL_PROPERTY
 from herder.errors import CoordinatorNotAvailable, HerderError, IllegalGeneration
 from herder.runtime.protocol import ConnectorTaskId
 from herder.runtime.worker_config import WorkerConfig
@@ -30,9 +32,15 @@ TP = TopicPartition("t", 0)
 
 
 class Sink(SinkTask):
+    def __init__(self) -> None:
+        self.pools: list[str | None] = []
+
     def start(self, config: dict[str, str]) -> None: ...
 
-    def put(self, df: Any) -> None: ...
+    def put(self, df: Any) -> None:
+        context = df.sparkSession.sparkContext
+        self.pools.append(context.getLocalProperty(POOL_PROPERTY))
+        df.count()  # a job, submitted from put's thread
 
     def stop(self) -> None: ...
 
@@ -81,3 +89,12 @@ async def test_a_commit_refused_for_an_old_generation_waits_for_the_next(tmp_pat
     run = execution(tmp_path, Member(IllegalGeneration("generation 3 is over")))
     assert await run._commit_positions() is False
     assert run._generation is None and not run._uncommitted
+
+
+async def test_put_runs_its_jobs_in_the_tasks_scheduler_pool(tmp_path: Path) -> None:
+    run = execution(tmp_path, Member())
+    assert isinstance(run.task, Sink)
+    df = run.runtime.spark.session.range(3)
+    await run._put(df)
+    await run._put(df)  # put's threads are reused: the pool is set each time
+    assert run.task.pools == ["c-0", "c-0"]

@@ -607,7 +607,7 @@ class SinkExecution(_Execution):
             df = await self.pipeline.before_put(df)
             reading += time.monotonic() - read_at
             try:
-                await asyncio.to_thread(self.task.put, df)
+                await self._put(df)
             except RetriableError as exc:
                 log.info("sink task %s: put will be retried: %s", self.name, exc)
                 return False
@@ -624,6 +624,17 @@ class SinkExecution(_Execution):
                 time.monotonic() - put_at,
             )
         return True
+
+    async def _put(self, df: Any) -> None:
+        """``put`` on a thread of its own, not a Spark job thread (it may wait on the
+        system it writes to), with the Spark jobs it runs in the task's scheduler pool,
+        as the task's reads are."""
+
+        def put() -> None:
+            with self.runtime.spark.pool(self.name):
+                self.task.put(df)
+
+        await asyncio.to_thread(put)
 
     async def _commit_positions(self) -> bool:
         """Commit what has been delivered; whether the commit went through.
