@@ -41,13 +41,13 @@ def append_lines(path: Path, lines: Sequence[bytes]) -> None:
         f.write(b"".join(line + b"\n" for line in lines))
 
 
-@pytest.mark.unit
 def line_bytes(df: DataFrame) -> list[bytes]:
     """The ``value`` column's bytes, whether it is typed binary or (lines Spark's text
     reader gave, not decoded) string."""
     return df.toArrow().column("value").cast(pa.binary()).to_pylist()
 
 
+@pytest.mark.unit
 def test_lines_split_like_file_stream_source() -> None:
     buffer = b"a\nbb\r\n\r\n\n\rc\nd\r\r\n"
     assert lines_to_array(buffer).to_pylist() == [b"a", b"bb", b"", b"", b"\rc", b"d\r"]
