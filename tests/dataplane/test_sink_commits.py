@@ -12,7 +12,7 @@ replicated pipeline test kills the ensemble leader under a running sink for that
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +58,18 @@ class Member:
         self.committed.append(dict(offsets))
 
 
-def execution(tmp_path: Path, member: Member) -> SinkExecution:
+@pytest.fixture
+def executions(tmp_path: Path) -> Iterator[TaskExecutions]:
     executions = TaskExecutions(
         WorkerConfig.from_properties(
             {"group.id": "g", "bootstrap.servers": "127.0.0.1:9", "storage.root": str(tmp_path)}
         )
     )
+    yield executions
+    executions.close()
+
+
+def execution(executions: TaskExecutions, member: Member) -> SinkExecution:
     run = executions(ConnectorTaskId("c", 0), Sink(), {"topics": "t"}, {"connector.class": "x"})
     assert isinstance(run, SinkExecution)
     run.member = member  # type: ignore[assignment]
@@ -72,9 +78,9 @@ def execution(tmp_path: Path, member: Member) -> SinkExecution:
     return run
 
 
-async def test_a_commit_that_fails_for_now_is_tried_again(tmp_path: Path) -> None:
+async def test_a_commit_that_fails_for_now_is_tried_again(executions: TaskExecutions) -> None:
     member = Member(CoordinatorNotAvailable("the ensemble has no leader right now"))
-    run = execution(tmp_path, member)
+    run = execution(executions, member)
     assert await run._commit_positions() is False  # no exception: the task goes on
     assert run._uncommitted and run._generation is not None
     run.positions = {TP: 12}  # delivered meanwhile
@@ -85,14 +91,16 @@ async def test_a_commit_that_fails_for_now_is_tried_again(tmp_path: Path) -> Non
     ]
 
 
-async def test_a_commit_refused_for_an_old_generation_waits_for_the_next(tmp_path: Path) -> None:
-    run = execution(tmp_path, Member(IllegalGeneration("generation 3 is over")))
+async def test_a_commit_refused_for_an_old_generation_waits_for_the_next(
+    executions: TaskExecutions,
+) -> None:
+    run = execution(executions, Member(IllegalGeneration("generation 3 is over")))
     assert await run._commit_positions() is False
     assert run._generation is None and not run._uncommitted
 
 
-async def test_put_runs_its_jobs_in_the_tasks_scheduler_pool(tmp_path: Path) -> None:
-    run = execution(tmp_path, Member())
+async def test_put_runs_its_jobs_in_the_tasks_scheduler_pool(executions: TaskExecutions) -> None:
+    run = execution(executions, Member())
     assert isinstance(run.task, Sink)
     df = run.runtime.spark.session.range(3)
     await run._put(df)

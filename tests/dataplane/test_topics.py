@@ -367,7 +367,7 @@ async def test_workers_run_retention_on_their_own(
         writer = SegmentWriter(topics, spark, "exp-0", 1)
         await topics.commit(await writer.stage(recs("expiring", 3, "old-", timestamp_ms=1)))
         assert await topics.start_offsets("expiring") == {0: 0}
-        TaskExecutions(
+        executions = TaskExecutions(
             WorkerConfig.from_properties(
                 {
                     "group.id": "retention",
@@ -377,10 +377,16 @@ async def test_workers_run_retention_on_their_own(
                 }
             )
         )
-        deadline = asyncio.get_running_loop().time() + 30
-        while await topics.start_offsets("expiring") != {0: 3}:
-            assert asyncio.get_running_loop().time() < deadline, "retention never ran"
-            await asyncio.sleep(0.1)
+        try:
+            deadline = asyncio.get_running_loop().time() + 30
+            while await topics.start_offsets("expiring") != {0: 3}:
+                assert asyncio.get_running_loop().time() < deadline, "retention never ran"
+                await asyncio.sleep(0.1)  # the passes' own interval: nothing to wait on
+        finally:
+            # a worker that stops ends its passes, which would otherwise go on over the
+            # shared ensemble's topics in later tests
+            executions.close()
+            assert await asyncio.to_thread(executions.join, 30), "retention did not stop"
 
 
 class _PollsOnce(SourceTask):
@@ -425,6 +431,9 @@ async def running_source(
     finally:
         stopping.set()
         await asyncio.to_thread(runner.join, 30)
+        # its retention passes would otherwise go on over the shared ensemble's topics
+        executions.close()
+        assert await asyncio.to_thread(executions.join, 30)
 
 
 async def wait_for_records(topics: Any, topic: str, count: int, what: str) -> dict[int, int]:

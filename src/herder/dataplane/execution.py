@@ -96,20 +96,33 @@ class TaskExecutions:
         self.retention_interval_ms = _int(
             config.originals, RETENTION_CHECK_INTERVAL, DEFAULT_RETENTION_CHECK_INTERVAL_MS
         )
-        threading.Thread(
+        self._closed = threading.Event()
+        self._retention = threading.Thread(
             target=lambda: asyncio.run(self._enforce_retention()),
             name="herder-retention",
             daemon=True,
-        ).start()
+        )
+        self._retention.start()
+
+    def close(self) -> None:
+        """Stop the retention passes: at once between two, after it otherwise. Does not
+        wait (the worker calls this on its event loop when it stops): see :meth:`join`."""
+        self._closed.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait (blocking) until the retention passes have stopped; whether they have."""
+        self._retention.join(timeout)
+        return not self._retention.is_alive()
 
     async def _enforce_retention(self) -> None:
         """Every interval, one retention pass over every topic (Kafka's log cleaner
-        schedule). Every worker runs it; the topic layer makes concurrent passes safe."""
+        schedule), until :meth:`close`. Every worker runs it; the topic layer makes
+        concurrent passes safe."""
         client = EnsembleClient(self.config.bootstrap, name="herder-retention")
         topics = Topics(client, self.storage)
         started = False
-        while True:
-            await asyncio.sleep(self.retention_interval_ms / 1000)
+        interval = self.retention_interval_ms / 1000
+        while not await asyncio.to_thread(self._closed.wait, interval):
             try:
                 if not started:
                     await client.start()
@@ -125,6 +138,8 @@ class TaskExecutions:
                         )
             except Exception:
                 log.exception("retention pass failed; retrying at the next interval")
+        if started:
+            await client.close()
 
     def validate_config(self, config: Mapping[str, str]) -> list[str]:
         """Problems with a connector config's transforms and errors.* keys, for the herder

@@ -356,6 +356,10 @@ class Worker:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        # an execution factory with work of its own (the data plane's retention passes)
+        close = getattr(self.execution_factory, "close", None)
+        if callable(close):
+            close()
 
 
 def _state_of(target: TargetState) -> State:
