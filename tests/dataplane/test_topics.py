@@ -133,6 +133,8 @@ async def test_dataframe_batches_partition_like_records(
         staged = await writer.stage(frame)
         assert staged.records == len(rows)
         assert set(staged.topic_versions) == {"df-a", "df-b"}
+        stored = storage.footer(staged.segments[0].files[0]).schema.to_arrow_schema()
+        assert str(stored.field("value").type) == "string"  # as given: not copied to binary
         await topics.commit(staged)
 
         got = [r.asDict() for r in await collect(spark, await topics.read("df-a", ordered=True))]

@@ -142,7 +142,9 @@ class SegmentWriter:
         Without ``topic`` the DataFrame's distinct topics are found first, which costs a
         job that reads the source once more: name the topic when there is only one.
         """
-        columns = set(df.columns)
+        # the schema, from the JVM: on a job thread, not the event loop
+        types: dict[str, str] = await self.spark.run(lambda: dict(df.dtypes), pool=self.pool)
+        columns = set(types)
         if "value" not in columns:
             raise ConfigError("a SourceBatch DataFrame needs a value column")
         unknown = sorted(columns - set(SOURCE_BATCH_COLUMNS))
@@ -153,7 +155,7 @@ class SegmentWriter:
             )
         if topic is not None and not columns & {"partition", "key"}:
             # one topic and no key or partition column: every row goes to one partition
-            return await self._stage_in_order(df, topic)
+            return await self._stage_in_order(df, types, topic)
         if topic is not None:
             names = {topic}
         elif "topic" in columns:
@@ -170,13 +172,15 @@ class SegmentWriter:
         path = batch_dir(self.task, self.epoch, batch)
 
         def job() -> list[StagedSegment]:
-            _write(_sequenced(df, topic, counts, sticky, now), self.storage.uri(path))
+            _write(_sequenced(df, types, topic, counts, sticky, now), self.storage.uri(path))
             return _describe(self.storage, path)
 
         segments = await self.spark.run(job, pool=self.pool)
         return self._staged_batch(batch, segments, topics)
 
-    async def _stage_in_order(self, df: DataFrame, topic: str) -> StagedBatch:
+    async def _stage_in_order(
+        self, df: DataFrame, types: Mapping[str, str], topic: str
+    ) -> StagedBatch:
         """Stage rows that all go to one partition (one topic, no keys, no partitions of
         their own) as they come, without numbering them.
 
@@ -193,22 +197,16 @@ class SegmentWriter:
         path = batch_dir(self.task, self.epoch, batch)
 
         def job() -> list[StagedSegment]:
-            from pyspark.sql import functions as F
-
             # no keys; no headers and, unless the rows have their own, one timestamp:
-            # the files leave those columns out (see _lean). A string value is its
-            # bytes already, stored as they are: casting would copy every one.
-            types = dict(df.dtypes)
+            # the files leave those columns out (see _lean). Values alone, as bytes
+            # already, are written as they come: another select costs an analysis.
             rows = df
-            if list(types) != ["value"] or types["value"] not in ("string", "binary"):
-                value = F.col("value")
-                if types["value"] not in ("string", "binary"):
-                    value = value.cast("binary")
-                columns = [value.alias("value")]
+            if list(types) != ["value"] or types["value"] not in _BYTES:
+                columns = [_value(types).alias("value")]
                 if "headers" in types:
-                    columns.append(_headers(df).alias("headers"))
+                    columns.append(_headers(types).alias("headers"))
                 if "timestamp" in types:
-                    columns.append(_timestamp(df, now).cast("long").alias("timestamp"))
+                    columns.append(_timestamp(types, now).cast("long").alias("timestamp"))
                 rows = df.select(*columns)
             shared = None if "timestamp" in types else now
             began = time.monotonic()
@@ -310,28 +308,43 @@ def _by_topic(topic: Column, values: Mapping[str, int]) -> Column:
     return expr
 
 
-def _headers(df: DataFrame) -> Column:
+#: Spark types a value is stored as it is: a ``string`` holds its bytes (Spark's text
+#: reader does not decode lines), and Parquet stores both as BYTE_ARRAY; readers ask
+#: for ``binary``. Casting a string would copy every value.
+_BYTES = ("binary", "string")
+
+
+def _value(types: Mapping[str, str]) -> Column:
+    """Each row's value as a segment holds it (``types``: the DataFrame's, by column)."""
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    return value if types["value"] in _BYTES else value.cast("binary")
+
+
+def _headers(types: Mapping[str, str]) -> Column:
     """Each row's headers as a segment holds them: none (an empty list) for null, or
     for every row of a DataFrame without the column."""
     from pyspark.sql import functions as F
 
     empty = F.array().cast(HEADERS_DDL)
-    if "headers" not in df.columns:
+    if "headers" not in types:
         return empty
     return F.coalesce(F.col("headers").cast(HEADERS_DDL), empty)
 
 
-def _timestamp(df: DataFrame, now_ms: int) -> Column:
+def _timestamp(types: Mapping[str, str], now_ms: int) -> Column:
     """Each row's timestamp in ms: its own, or ``now_ms`` where it has none."""
     from pyspark.sql import functions as F
 
-    if "timestamp" not in df.columns:
+    if "timestamp" not in types:
         return F.lit(now_ms)
     return F.coalesce(F.unix_millis(F.col("timestamp")), F.lit(now_ms))
 
 
 def _sequenced(
     df: DataFrame,
+    types: Mapping[str, str],
     topic: str | None,
     counts: Mapping[str, int],
     sticky: Mapping[str, int],
@@ -341,16 +354,15 @@ def _sequenced(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    columns = set(df.columns)
     topic_col = F.lit(topic) if topic is not None else F.col("topic")
-    key = F.col("key").cast("binary") if "key" in columns else F.lit(None).cast("binary")
-    headers = _headers(df)
-    timestamp = _timestamp(df, now_ms)
+    key = F.col("key").cast("binary") if "key" in types else F.lit(None).cast("binary")
+    headers = _headers(types)
+    timestamp = _timestamp(types, now_ms)
     count = _by_topic(topic_col, counts)
     by_key = F.when(key.isNotNull(), F.pmod(F.crc32(key), count).cast("int")).otherwise(
         _by_topic(topic_col, sticky).cast("int")
     )
-    if "partition" in columns:
+    if "partition" in types:
         given = F.col("partition").cast("int")
         partition = (
             F.when(given.isNull(), by_key)
@@ -370,7 +382,7 @@ def _sequenced(
         topic_col.alias("topic"),
         partition.alias("partition"),
         key.alias("key"),
-        F.col("value").cast("binary").alias("value"),
+        _value(types).alias("value"),
         headers.alias("headers"),
         timestamp.cast("long").alias("timestamp"),
         F.monotonically_increasing_id().alias("_order"),
@@ -404,7 +416,7 @@ def _write_partition(
     DataFrame's rows in order, and need no ``seq``.
     """
     uri = storage.uri(f"{batch}/topic={topic}/partition={partition}")
-    (df.write.option("maxRecordsPerFile", MAX_RECORDS_PER_FILE).mode("errorifexists").parquet(uri))
+    df.write.option("maxRecordsPerFile", MAX_RECORDS_PER_FILE).mode("errorifexists").parquet(uri)
 
 
 def _lean(table: pa.Table) -> tuple[pa.Table, int | None]:
