@@ -27,7 +27,9 @@ columns by name). CSV is read and written as RFC 4180 has it: a quote inside a q
 field is doubled.
 
 The sink's directory must be on a local (or mounted) filesystem, where a rename
-replaces its target atomically.
+replaces its target atomically. A batch's files, and their names in the directory, are
+flushed to disk before ``put`` returns, so the offsets committed after it never point
+past what a power loss can take.
 """
 
 from __future__ import annotations
@@ -340,7 +342,16 @@ class DirectorySinkTask(SinkTask):
         self.format: str = settings[FORMAT]
         self.schema: str = settings[SCHEMA]
         self.csv_header: bool = settings[CSV_HEADER]
+        from herder.dataplane.storage import fsync_path
+
+        created = []
+        folder = self.directory
+        while not os.path.isdir(folder):
+            created.append(folder)
+            folder = os.path.dirname(folder)
         os.makedirs(self.directory, exist_ok=True)
+        for folder in created:  # its entry in its parent, as for the files in it
+            fsync_path(os.path.dirname(folder))
         index, count = int(config.get(TASK_INDEX, 0)), int(config.get(TASK_COUNT, 1))
         self._temp_prefix = f"task{index}-{uuid.uuid4().hex}"
         self._temps = itertools.count()
@@ -394,6 +405,8 @@ class DirectorySinkTask(SinkTask):
         return found
 
     def put(self, df: DataFrame) -> None:
+        from herder.dataplane.storage import fsync_path
+
         owned = sorted(self.bases)
         if not owned:
             return
@@ -401,9 +414,13 @@ class DirectorySinkTask(SinkTask):
         try:
             self._write(df, temp, single=len(owned) == 1)
             written = self._written(temp, owned)
+            for path in written.values():
+                fsync_path(path)
             for tp, path in written.items():
                 name = output_name(tp, self.bases[tp], self.format)
                 os.replace(path, os.path.join(self.directory, name))
+            if written:
+                fsync_path(self.directory)
         finally:
             shutil.rmtree(temp, ignore_errors=True)
 

@@ -18,6 +18,12 @@ footers, the CLI's reads) goes through ``pyarrow.fs``, which knows local paths,
 ``file://``, ``s3://`` (``s3a://`` and ``s3n://`` are read as ``s3://``), ``gs://``,
 ``abfs://`` and ``hdfs://`` (with libhdfs). A root in a scheme pyarrow does not know is
 refused with a ConfigError, rather than half working.
+
+A local root is the only copy of a topic's data, so a batch's files, and the directory
+entries that lead to them, are flushed to disk before its commit publishes them
+(:meth:`Storage.make_durable`), as the ensemble's log is before a transaction is
+acknowledged. A distributed filesystem or an object store makes a closed file durable
+itself.
 """
 
 from __future__ import annotations
@@ -81,6 +87,15 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str, str]:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise ValueError(str(exc)) from exc
     return fs, path.rstrip("/"), location.rstrip("/")
+
+
+def fsync_path(path: str) -> None:
+    """Flush a file's data, or a directory's entries, to disk."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -148,6 +163,26 @@ class Storage:
             return False
         self.delete_dir(rel)
         return True
+
+    @property
+    def local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def make_durable(self, files: Iterable[str]) -> None:
+        """Flush ``files`` (paths under the root) to disk, and every directory from
+        theirs up to the root, so that a power loss after the commit that publishes them
+        cannot take them back. Nothing to do off a local root (see the module docstring).
+        """
+        if not self.local:
+            return
+        directories = {""}
+        for rel in files:
+            fsync_path(self.fs_path(rel))
+            parts = rel.split("/")[:-1]
+            directories.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+        # deepest first: each directory's entry in its parent is flushed after it
+        for rel in sorted(directories, key=lambda d: d.count("/") + bool(d), reverse=True):
+            fsync_path(self.fs_path(rel) if rel else self._base)
 
     def footer(self, rel: str) -> pq.FileMetaData:
         return pq.read_metadata(self.fs_path(rel), filesystem=self.fs)

@@ -462,7 +462,8 @@ def _file_order(path: str) -> tuple[int, int, str]:
 def _describe(
     storage: Storage, batch: str, *, positional: bool = False, timestamp: int | None = None
 ) -> list[StagedSegment]:
-    """The segments of a written batch, from its file listing and Parquet footers.
+    """The segments of a written batch, from its file listing and Parquet footers; their
+    files are on disk when this returns (they are committed next).
 
     ``positional``: each partition's files were written in order, without ``seq`` (see
     :func:`_write_partition`); the segments then say how many records each file holds,
@@ -503,6 +504,7 @@ def _describe(
                     file_counts=[f.rows for f in kept] if positional else None,
                 )
             )
+    storage.make_durable(path for segment in segments for path in segment.files)
     return segments
 
 
