@@ -8,13 +8,16 @@ the data-plane tests, each of which uses topics of its own.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from herder.dataplane import SparkRuntime, Storage, Topics, spark_runtime, stop_spark
+from herder.dataplane.reader import slice_batches
+from herder.dataplane.topics import SegmentSlice
 from herder.ensemble.client import EnsembleClient
 from tests.harness import Processes
 from tests.integration.conftest import ServerHandle, make_server
@@ -60,3 +63,14 @@ async def connected(
     """A :class:`Topics` on a client of its own (so two of them race like two workers)."""
     async with EnsembleClient(ensemble.bootstrap, session_timeout_ms=30_000) as client:
         yield Topics(client, storage, spark=spark, **kw)  # type: ignore[arg-type]
+
+
+def slice_rows(storage: Storage, pieces: Iterable[SegmentSlice], max_rows: int = 7) -> list[Any]:
+    """The records of ``pieces`` as the CLI reads them, in tables of at most ``max_rows``
+    (few, so that a slice's ends fall inside a table)."""
+    rows = []
+    for piece in pieces:
+        for table in slice_batches(storage, piece, max_rows):
+            assert 0 < table.num_rows <= max_rows
+            rows += table.to_pylist()
+    return rows

@@ -21,10 +21,10 @@ from herder.connect import SourceRecord
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage
 from herder.dataplane import writer as writer_module
 from herder.dataplane.datasource import line_ranges_dataframe, plan_line_ranges
-from herder.dataplane.reader import slice_table
+from herder.dataplane.reader import slice_batches
 from herder.dataplane.staged import StagedBatch, StagedSegment
 from herder.dataplane.storage import batch_dir
-from tests.dataplane.conftest import connected
+from tests.dataplane.conftest import connected, slice_rows
 from tests.integration.conftest import ServerHandle
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -182,7 +182,37 @@ async def test_files_with_and_without_seq_read_alike_in_every_reader(
             assert [r["value"] for r in got] == everything[slice(*window)]
         for window in ((250, 350), (600, 900)):  # the last: the text segment's lines
             plan = await topics.plan_read("mixed", {0: window})
-            rows = [row for piece in plan for row in slice_table(storage, piece).to_pylist()]
+            rows = slice_rows(storage, plan)
             assert [(r["offset"], r["value"]) for r in rows] == [
                 (o, everything[o]) for o in range(*window) if o < len(everything)
             ]
+
+
+async def test_the_cli_reader_reads_a_file_only_as_far_as_it_is_asked(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``consume`` reads an ordered segment's file a batch at a time, on demand, and
+    stops at the slice's end: a few records of a file of millions cost a few batches."""
+    pulled = []
+    iter_batches = Storage.iter_batches
+
+    def counted(self: Storage, rel: str, schema: Any, max_rows: int) -> Iterator[Any]:
+        for batch in iter_batches(self, rel, schema, max_rows):
+            pulled.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(Storage, "iter_batches", counted)
+    records = [SourceRecord({}, {}, "lazy", b"v%04d" % i) for i in range(1_000)]
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("lazy", 1)
+        staged = await SegmentWriter(topics, spark, "lazy-0", 1).stage(records)
+        await topics.commit(staged)
+        [piece] = await topics.plan_read("lazy", {0: (0, 1_000)})
+        tables = slice_batches(storage, piece, 10)
+        assert next(tables)["offset"].to_pylist() == list(range(10))
+        assert pulled == [10]  # one batch read, not the file
+        [piece] = await topics.plan_read("lazy", {0: (15, 35)})
+        pulled.clear()
+        got = [v for t in slice_batches(storage, piece, 10) for v in t["value"].to_pylist()]
+        assert got == [r.value for r in records[15:35]]
+        assert pulled == [10, 10, 10, 10]  # rows 0-39: as far as the slice's end, no further

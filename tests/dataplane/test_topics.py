@@ -17,12 +17,11 @@ import pytest
 
 from herder.connect import SourceBatch, SourceRecord, SourceTask, TopicPartition
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage, TxnRefused
-from herder.dataplane.reader import slice_table
 from herder.dataplane.spark import spark_runtime
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.txn import Append, CheckKeyValue, CreateLog
 from herder.errors import HerderError, RetriableError, UnknownTopicOrPartition
-from tests.dataplane.conftest import connected
+from tests.dataplane.conftest import connected, slice_rows
 from tests.integration.conftest import ServerHandle
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -101,7 +100,7 @@ async def test_round_trip_across_partitions_and_batches(
         # the CLI's pyarrow reader sees the same records
         plan = await topics.plan_read("roundtrip", {k_partition: (lo, hi)})
         assert [s.segment.base_offset for s in plan] == [0, first_seg.count]
-        arrow_rows = [row for piece in plan for row in slice_table(storage, piece).to_pylist()]
+        arrow_rows = slice_rows(storage, plan)
         assert [(r["offset"], r["value"]) for r in arrow_rows] == [
             (r["offset"], r["value"]) for r in window
         ]
@@ -612,9 +611,7 @@ async def test_files_leave_out_what_every_record_shares(
             for r in rows
         ] == expected
         slices = await topics.plan_read("lean")
-        tables = [slice_table(storage, s).to_pylist() for s in slices]
         assert [
             (r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]], r["timestamp"])
-            for t in tables
-            for r in t
+            for r in slice_rows(storage, slices)
         ] == expected

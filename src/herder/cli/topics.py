@@ -271,7 +271,7 @@ async def _consume(
     max_records: int | None,
     timeout_ms: int | None,
 ) -> None:
-    from herder.dataplane.reader import slice_table
+    from herder.dataplane.reader import slice_batches
 
     loop = asyncio.get_running_loop()
     printed = 0
@@ -283,14 +283,15 @@ async def _consume(
             ranges = {p: (offset, None) for p, offset in positions.items()}
             got = 0
             for piece in await t.plan_read(name, ranges):
-                table = await asyncio.to_thread(slice_table, storage, piece)
-                for row in table.to_pylist():
-                    print_json(_record_json(name, row))
-                    positions[row["partition"]] = row["offset"] + 1
-                    printed += 1
-                    got += 1
-                    if max_records is not None and printed >= max_records:
-                        return
+                tables = slice_batches(storage, piece)
+                while (table := await asyncio.to_thread(next, tables, None)) is not None:
+                    for row in table.to_pylist():
+                        print_json(_record_json(name, row))
+                        positions[row["partition"]] = row["offset"] + 1
+                        printed += 1
+                        got += 1
+                        if max_records is not None and printed >= max_records:
+                            return
             now = loop.time()
             if got:
                 last_record = now

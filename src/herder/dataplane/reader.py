@@ -22,13 +22,13 @@ are the path stored in the ensemble) in a literal map, which costs a lookup per 
 keeps the plan small. The columns are those of Spark's Kafka source
 (:data:`~herder.connect.SINK_COLUMNS`).
 
-The CLI reads a segment at a time with pyarrow instead: no JVM to start for a
-``consume`` of a few records.
+The CLI reads a slice at a time with pyarrow instead, a batch of records at a time: no
+JVM to start for a ``consume`` of a few records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from herder.dataplane.metadata import Segment
 from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL, SEGMENT_SCHEMA
 from herder.dataplane.storage import Storage
 from herder.dataplane.topics import SegmentSlice
@@ -201,7 +202,7 @@ def _file_by_file(
     return reduce(lambda a, b: a.unionAll(b), parts)
 
 
-#: What :func:`slice_table` gives: one row per record, in offset order.
+#: What :func:`slice_batches` gives: one row per record, in offset order.
 SLICE_SCHEMA = pa.schema(
     [
         ("partition", pa.int32()),
@@ -212,32 +213,51 @@ SLICE_SCHEMA = pa.schema(
         ("headers", HEADER_TYPE),
     ]
 )
+#: Rows in each table :func:`slice_batches` gives, at most.
+SLICE_BATCH_ROWS = 10_000
 
 
-def slice_table(storage: Storage, piece: SegmentSlice) -> pa.Table:
-    """The records of one slice, read with pyarrow, in offset order (timestamps in ms)."""
+def slice_batches(
+    storage: Storage, piece: SegmentSlice, max_rows: int = SLICE_BATCH_ROWS
+) -> Iterator[pa.Table]:
+    """The records of one slice, read with pyarrow, in offset order (timestamps in ms), as
+    tables of at most ``max_rows`` records.
+
+    An ordered segment's files are read a batch at a time, and only as far as the slice
+    goes: a ``consume`` of a few records from a file of millions reads a few batches, and
+    one of all of them holds a batch at a time. Another segment's files are read whole,
+    to be sorted.
+    """
     segment = piece.segment
-    if segment.ordered:
-        # only the files that hold wanted records, each a run of offsets in order
-        tables = []
-        for path, first, end in segment.file_ranges():
-            lo, hi = max(first, piece.from_offset), min(end, piece.to_offset)
-            if lo < hi:
-                table = storage.read_table([path], schema=SEGMENT_SCHEMA)
-                offsets = pa.array(np.arange(first, end, dtype=np.int64))
-                tables.append(table.append_column("offset", offsets).slice(lo - first, hi - lo))
-        table = (
-            pa.concat_tables(tables)
-            if tables
-            else SEGMENT_SCHEMA.empty_table().append_column("offset", pa.array([], pa.int64()))
-        )
-    else:
+    if not segment.ordered:
         table = storage.read_table(segment.files, schema=SEGMENT_SCHEMA)
         offsets = pc.add(table["seq"], pa.scalar(segment.base_offset, pa.int64()))
         wanted = pc.and_(
             pc.greater_equal(offsets, piece.from_offset), pc.less(offsets, piece.to_offset)
         )
         table = table.append_column("offset", offsets).filter(wanted).sort_by("offset")
+        for start in range(0, table.num_rows, max_rows):
+            yield _slice_columns(segment, table.slice(start, max_rows))
+        return
+    for path, first, end in segment.file_ranges():
+        lo, hi = max(first, piece.from_offset), min(end, piece.to_offset)
+        if lo >= hi:
+            continue
+        position = first
+        for batch in storage.iter_batches(path, SEGMENT_SCHEMA, max_rows):
+            start, stop = max(lo, position), min(hi, position + batch.num_rows)
+            if start < stop:
+                rows = pa.Table.from_batches([batch.slice(start - position, stop - start)])
+                offsets = pa.array(np.arange(start, stop, dtype=np.int64))
+                yield _slice_columns(segment, rows.append_column("offset", offsets))
+            position += batch.num_rows
+            if position >= hi:
+                break
+
+
+def _slice_columns(segment: Segment, table: pa.Table) -> pa.Table:
+    """A segment's rows (with their offsets) as :data:`SLICE_SCHEMA`: missing headers
+    empty, missing timestamps the segment's."""
     if table["headers"].null_count:
         headers = pc.fill_null(table["headers"], pa.scalar([], HEADER_TYPE))
         table = table.set_column(table.schema.get_field_index("headers"), "headers", headers)

@@ -31,10 +31,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -198,3 +199,11 @@ class Storage:
         paths = [self.fs_path(f) for f in files]
         dataset = pq.ParquetDataset(paths, filesystem=self.fs, partitioning=None, schema=schema)
         return dataset.read(columns=columns)
+
+    def iter_batches(self, rel: str, schema: pa.Schema, max_rows: int) -> Iterator[pa.RecordBatch]:
+        """The Parquet file ``rel`` as record batches of ``schema`` (columns the file lacks
+        are null) of at most ``max_rows`` rows, in the file's order, read as they are asked
+        for (and a few ahead)."""
+        dataset = ds.dataset(self.fs_path(rel), schema=schema, format="parquet", filesystem=self.fs)
+        # one thread: batches come in the file's order
+        return dataset.to_batches(batch_size=max_rows, use_threads=False)
