@@ -21,7 +21,7 @@ from herder.connect import SourceRecord
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage
 from herder.dataplane import writer as writer_module
 from herder.dataplane.datasource import line_ranges_dataframe, plan_line_ranges
-from herder.dataplane.reader import slice_batches
+from herder.dataplane.reader import ROW_INDEX, slice_batches
 from herder.dataplane.staged import StagedBatch, StagedSegment
 from herder.dataplane.storage import batch_dir
 from tests.dataplane.conftest import connected, slice_rows
@@ -84,6 +84,11 @@ async def test_single_partition_batches_are_read_in_order_without_a_sort(
         assert df.rdd.getNumPartitions() > 7  # split scans, still in order
         plan = executed_plan(df)
         assert "Sort" not in plan and "Exchange" not in plan
+        # a row's index is read only for whoever uses the offsets: a sink that writes
+        # values has its scans read values alone (``_metadata`` would build a struct per row)
+        assert ROW_INDEX in plan and "file_path" not in plan
+        values_only = executed_plan(df.select("value"))
+        assert ROW_INDEX not in values_only and "file_path" not in values_only
         got = await spark.run(df.collect)
         assert [r["offset"] for r in got] == list(range(len(everything)))
         assert [r["value"] for r in got] == everything

@@ -8,13 +8,13 @@ commit — so each file's rows get their partition and first offset as literals.
 Segments that say which run of offsets each file holds (:attr:`Segment.file_counts
 <herder.dataplane.metadata.Segment.file_counts>`) hold each file's records in offset
 order, so a record's offset is its file's first offset plus its row's index in the file
-(Spark's ``_metadata.row_index``): such files need no ``seq`` column, and the batches
-staged by Spark have none. They are read file by file, only the files a read needs,
-filtered only where a file is partly wanted; and since the union of their scans keeps
-each scan's order, an ordered read of them costs no sort. Other segments' files carry
-``seq``, each record's place in its segment: the offset is ``base + seq``, rows outside
-the wanted range are filtered out (pushed down to the Parquet reader), and an ordered
-read is sorted by (partition, offset).
+(Spark's ``_metadata.row_index``, read as :data:`ROW_INDEX`): such files need no ``seq``
+column, and the batches staged by Spark have none. They are read file by file, only the
+files a read needs, filtered only where a file is partly wanted; and since the union of
+their scans keeps each scan's order, an ordered read of them costs no sort. Other
+segments' files carry ``seq``, each record's place in its segment: the offset is ``base +
+seq``, rows outside the wanted range are filtered out (pushed down to the Parquet
+reader), and an ordered read is sorted by (partition, offset).
 
 A read of many files (a low-rate topic's small segments) reads them in one scan and
 finds each row's file by its path (``_metadata.file_path``, whose last six components
@@ -51,6 +51,13 @@ SINK_DDL = (
     "topic string, partition int, offset bigint, timestamp timestamp, key binary, "
     f"value binary, headers {HEADERS_DDL}"
 )
+#: A column that Spark's Parquet reader fills with each row's index in its file: the
+#: mechanism behind ``_metadata.row_index``, asked for by name. Unlike ``_metadata``,
+#: which makes a scan build its whole struct for every row even when a reader uses none
+#: of it, this column is pruned like any other when no one uses the offsets.
+ROW_INDEX = "_tmp_metadata_row_index"
+#: The schema of a positional segment file (see the module docstring), with its row index.
+POSITIONAL_FILE_DDL = f"{FILE_DDL}, {ROW_INDEX} bigint"
 #: Reads of at most this many files scan each file on its own (see the module docstring).
 MAX_FILES_UNIONED = 32
 #: Components of a segment file's path below the root (``_staging/w/b/topic=/partition=/f``).
@@ -189,8 +196,8 @@ def _file_by_file(
 
     parts = []
     for file in files:
-        rows = spark.read.schema(FILE_DDL).parquet(storage.uri(file.path))
-        place = "_metadata.row_index" if file.positional else "seq"
+        schema, place = (POSITIONAL_FILE_DDL, ROW_INDEX) if file.positional else (FILE_DDL, "seq")
+        rows = spark.read.schema(schema).parquet(storage.uri(file.path))
         if file.filtered:
             lo = file.from_offset - file.first
             hi = file.to_offset - file.first
