@@ -221,3 +221,28 @@ async def test_the_cli_reader_reads_a_file_only_as_far_as_it_is_asked(
         got = [v for t in slice_batches(storage, piece, 10) for v in t["value"].to_pylist()]
         assert got == [r.value for r in records[15:35]]
         assert pulled == [10, 10, 10, 10]  # rows 0-39: as far as the slice's end, no further
+
+
+async def test_a_read_fails_rather_than_give_offsets_without_a_row_index(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row index is a column Spark's Parquet reader fills by its name; were a Spark to
+    stop filling it, it would read as null, and a read must fail, not give null offsets
+    or (in a partial read, whose filter compares them) no records at all."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    from herder.dataplane import reader
+
+    records = [SourceRecord({}, {}, "unindexed", b"v%d" % i) for i in range(20)]
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("unindexed", 1)
+        await topics.commit(await SegmentWriter(topics, spark, "unindexed-0", 1).stage(records))
+        monkeypatch.setattr(reader, "ROW_INDEX", "no_such_column")
+        monkeypatch.setattr(
+            reader, "POSITIONAL_FILE_DDL", f"{reader.FILE_DDL}, no_such_column bigint"
+        )
+        for wanted in (None, {0: (5, 10)}):
+            df = await topics.read("unindexed", wanted, ordered=True)
+            with pytest.raises((PySparkException, Py4JJavaError), match="gave no row index"):
+                await spark.run(df.select("offset").collect)

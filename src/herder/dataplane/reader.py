@@ -196,7 +196,11 @@ def _file_by_file(
 
     parts = []
     for file in files:
-        schema, place = (POSITIONAL_FILE_DDL, ROW_INDEX) if file.positional else (FILE_DDL, "seq")
+        schema, place = FILE_DDL, "seq"
+        if file.positional:
+            # a Spark without this mechanism would give nulls: fail the read instead
+            missing = f"raise_error('Spark gave no row index for {file.path}')"
+            schema, place = POSITIONAL_FILE_DDL, f"coalesce({ROW_INDEX}, {missing})"
         rows = spark.read.schema(schema).parquet(storage.uri(file.path))
         if file.filtered:
             lo = file.from_offset - file.first
