@@ -1,0 +1,213 @@
+"""The data plane's two steps in one warm JVM, beside plain Spark's two jobs, alternating.
+
+    python bench/steps.py [--records N] [--line-bytes B] [--rounds R] [--warmup W]
+                          [--driver-memory 2g] [--tmp-dir D] [--pretty]
+
+``bench/pipeline.py`` measures a whole pipeline on a worker, whose figures carry
+everything a running worker adds (noticing the file, the worker's other threads, a JVM
+that has run other kinds of jobs) and vary from run to run by more than a change to one
+step is worth. This benchmark takes the two steps alone, in one process and one
+SparkSession, against one ensemble server, so that their costs can be compared with
+plain Spark's at the same warmth:
+
+* **herder**: lines of a file staged as a batch by :class:`SegmentWriter` (Spark's text
+  reader, as FileStreamSource gives a whole file) and committed; then read back in offset
+  order (``Topics.read``) and written by ``DirectorySinkTask.put`` as text — one file,
+  fsynced, as a sink task does before its offsets are committed.
+* **spark**: ``spark.read.text(in).write.parquet(mid)``, then
+  ``spark.read.parquet(mid).write.text(out)``.
+
+Each round runs both, one after the other, in alternating order; ``--warmup`` rounds
+(default 3) are not counted. Reported per side, as medians over the ``--rounds``
+(default 8): seconds for each step and in all, and the CPU seconds of this process and
+its JVM. ``ratio`` is Spark's seconds over herder's (herder's share of plain Spark's
+speed, as ``bench/pipeline.py`` reports it). Every herder round's output is checked to
+equal the input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the ``bench`` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _procs
+from bench.pipeline import HERDER, sha256_of, write_lines
+from herder import __version__ as herder_version
+
+
+class Clock:
+    """Elapsed seconds and the CPU seconds of this process and its JVM."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self.pids = pids
+
+    def read(self) -> tuple[float, float]:
+        return time.monotonic(), sum(_procs.cpu_seconds(p) for p in self.pids)
+
+
+def median_of(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {k: round(statistics.median(r[k] for r in rounds), 3) for k in rounds[0]}
+
+
+async def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> dict[str, Any]:
+    from herder.connect import TopicPartition
+    from herder.connectors.directory import DirectorySinkTask
+    from herder.dataplane import SegmentWriter, SparkRuntime, Storage, Topics
+    from herder.dataplane.datasource import whole_file_lines_dataframe
+    from herder.dataplane.spark import SparkSettings
+    from herder.ensemble.client import EnsembleClient
+
+    spark = SparkRuntime(SparkSettings.from_properties({"spark.driver.memory": args.driver_memory}))
+    spark.start()
+    session = spark.session
+    jvm_pid = int(session._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+    clock = Clock([os.getpid(), jvm_pid])
+    source = work / "input.txt"
+    write_lines(source, args.records, args.line_bytes)
+    expected = sha256_of([source])
+    storage = Storage(str(work / "topics"))
+
+    async with EnsembleClient(bootstrap, session_timeout_ms=60_000) as client:
+        topics = Topics(client, storage, spark=spark)
+        await topics.create("steps", 1)
+        writer = SegmentWriter(topics, spark, "steps-0", 1)
+
+        async def herder(round_dir: Path) -> dict[str, float]:
+            began, cpu0 = clock.read()
+            lines = await spark.run(lambda: whole_file_lines_dataframe(session, str(source)))
+            staged = await writer.stage(lines, "steps")
+            await topics.commit(staged)
+            staged_at, _ = clock.read()
+            [segment] = staged.segments
+            base = (await topics.end_offsets("steps"))[0] - segment.count
+            task = DirectorySinkTask()
+            task.start({"directory": str(round_dir), "format": "text", "topics": "steps"})
+            tp = TopicPartition("steps", 0)
+            task.bases = {tp: base}
+            df = await topics.read("steps", {0: (base, base + segment.count)}, ordered=True)
+            await asyncio.to_thread(task.put, df)
+            task.stop()
+            done, cpu1 = clock.read()
+            outputs = [p for p in round_dir.iterdir() if p.is_file()]
+            if sha256_of(outputs) != expected:
+                raise RuntimeError(f"herder's output in {round_dir} is not the input")
+            return {
+                "stage_s": staged_at - began,
+                "deliver_s": done - staged_at,
+                "seconds": done - began,
+                "cpu_s": cpu1 - cpu0,
+            }
+
+        def plain(round_dir: Path) -> dict[str, float]:
+            began, cpu0 = clock.read()
+            session.read.text(str(source)).write.parquet(str(round_dir / "mid"))
+            middle, _ = clock.read()
+            session.read.parquet(str(round_dir / "mid")).write.text(str(round_dir / "out"))
+            done, cpu1 = clock.read()
+            return {
+                "stage_s": middle - began,
+                "deliver_s": done - middle,
+                "seconds": done - began,
+                "cpu_s": cpu1 - cpu0,
+            }
+
+        async def run_plain(round_dir: Path) -> dict[str, float]:
+            return await asyncio.to_thread(plain, round_dir)
+
+        sides: dict[str, Callable[[Path], Any]] = {"herder": herder, "spark": run_plain}
+        figures: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
+        for n in range(args.warmup + args.rounds):
+            order = list(sides) if n % 2 == 0 else list(reversed(sides))
+            for name in order:
+                round_dir = work / f"{name}-{n}"
+                got = await sides[name](round_dir)
+                shutil.rmtree(round_dir, ignore_errors=True)
+                if n >= args.warmup:
+                    figures[name].append(got)
+            _procs.progress(
+                f"round {n + 1} of {args.warmup + args.rounds}"
+                + (" (warm-up)" if n < args.warmup else "")
+            )
+        await topics.delete("steps")
+    spark.stop()
+    herder_median, spark_median = median_of(figures["herder"]), median_of(figures["spark"])
+    return {
+        "herder": {**herder_median, "runs_s": [round(r["seconds"], 3) for r in figures["herder"]]},
+        "spark": {**spark_median, "runs_s": [round(r["seconds"], 3) for r in figures["spark"]]},
+        "ratio": _procs.ratio(spark_median["seconds"], herder_median["seconds"]),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="herder-bench-steps-", dir=args.tmp_dir))
+    figures: dict[str, Any] = {
+        "benchmark": "steps",
+        "herder_version": herder_version,
+        "records": args.records,
+        "line_bytes": args.line_bytes,
+        "rounds": args.rounds,
+        "warmup_rounds": args.warmup,
+        "machine": _procs.machine_info(),
+    }
+    try:
+        with _procs.Services(work) as services:
+            port = _procs.free_port()
+            data = work / "ensemble"
+            data.mkdir()
+            config = work / "ensemble.properties"
+            config.write_text(f"dataDir={data}\nclientPort={port}\nclientPortAddress=127.0.0.1\n")
+            with _procs.children_ignore_sigint():
+                services.start("ensemble", [*HERDER, "ensemble", "start", "--config", str(config)])
+            _procs.wait_until(lambda: _procs.port_open(port), timeout=60, what="the ensemble")
+            figures.update(asyncio.run(measure(args, work, f"127.0.0.1:{port}")))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return figures
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--line-bytes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--tmp-dir", default=None)
+    parser.add_argument("--pretty", action="store_true")
+    args = parser.parse_args(argv)
+    for name in ("records", "rounds"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name} must be positive")
+    if args.warmup < 0:
+        parser.error("--warmup must not be negative")
+    if args.line_bytes < 16:
+        parser.error("--line-bytes must be at least 16")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    with _procs.sigterm_as_interrupt():
+        try:
+            figures = run(args)
+        except KeyboardInterrupt:
+            _procs.progress("interrupted: every process the benchmark started was stopped")
+            return 130
+    _procs.emit_json(figures, pretty=args.pretty)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
