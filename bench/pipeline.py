@@ -1,7 +1,8 @@
 """A whole pipeline on one worker against plain Spark doing the same persisting work.
 
-    python bench/pipeline.py [--records N] [--line-bytes B] [--runs R] [--latency-samples K]
-                             [--latency-rate L] [--driver-memory 2g] [--tmp-dir D] [--pretty]
+    python bench/pipeline.py [--records N] [--line-bytes B] [--runs R] [--warmup-runs W]
+                             [--latency-samples K] [--latency-rate L] [--driver-memory 2g]
+                             [--tmp-dir D] [--pretty]
                              [--consumer-max-records M] [--keep-work-dir]
                              [--worker-log-level DEBUG]
 
@@ -10,16 +11,20 @@ run, on 127.0.0.1 with fresh temporary directories:
 
 * **spark**: plain Spark, in a process of its own with the session settings a herder
   worker uses, persisting the lines the way a pipeline does — ``spark.read.text(in)
-  .write.parquet(mid)``, then ``spark.read.parquet(mid).write.text(out)`` — once to warm
-  up, then ``--runs`` times (default 2); the best run counts.
+  .write.parquet(mid)``, then ``spark.read.parquet(mid).write.text(out)`` —
+  ``--warmup-runs`` times to warm up (default 3), then ``--runs`` times (default 2); the
+  best run counts.
 * **herder → DirectorySink (text)**: one ensemble server and one worker (``herder
   worker start``, Spark ``local[*]``); a DirectorySink connector writing text and a
   FileStreamSource connector are created and RUNNING on an input path that does not
   exist yet; then the prepared input is renamed into place and the clock runs until
   the sink's files hold every line (their total size is the input's; renamed into place,
   a file is never seen half written). The output is then checked to be the input, byte
-  for byte. As for plain Spark, one untimed run of the same size warms the worker up
-  first, then ``--runs`` measured runs follow, and the best counts.
+  for byte. As for plain Spark, ``--warmup-runs`` untimed runs of the same size warm the
+  worker up first, then ``--runs`` measured runs follow, and the best counts. (A JVM
+  compiles the code of its hot paths over several runs of them: measured after one, a
+  ratio tells more about how soon each process reached its compiled code than about
+  either's speed.)
   ``ratio`` is herder's records/s over Spark's; the target is at least 0.8.
 * **herder → FileStreamSink**: the same with a FileStreamSink, reported without a
   target (one file written by one Python process bounds it).
@@ -35,7 +40,7 @@ Each measured step reports the CPU seconds of the worker's process tree (its Pyt
 its JVM, Spark's Python workers) and ``other_cpu_pct``: what every other process on
 the machine used meanwhile, in % of one core. Figures go to stdout as one JSON object,
 progress to stderr; every process started is stopped by PID in ``finally`` blocks.
-With the defaults a run takes about five minutes on two cores.
+With the defaults a run takes about six minutes on two cores.
 """
 
 from __future__ import annotations
@@ -145,14 +150,16 @@ class Measured:
 # -- plain Spark ------------------------------------------------------------------------------
 
 
-def spark_baseline_child(input_path: str, work: str, runs: int, driver_memory: str) -> None:
+def spark_baseline_child(
+    input_path: str, work: str, warmups: int, runs: int, driver_memory: str
+) -> None:
     """Runs in a process of its own: plain Spark's two persisting jobs, timed."""
     from herder.dataplane.spark import SparkRuntime, SparkSettings
 
     settings = SparkSettings.from_properties({"spark.driver.memory": driver_memory})
     spark = SparkRuntime(settings).session
     results = []
-    for run in range(runs + 1):
+    for run in range(warmups + runs):
         mid, out = f"{work}/mid-{run}", f"{work}/out-{run}"
         started = time.monotonic()
         spark.read.text(input_path).write.parquet(mid)
@@ -168,17 +175,18 @@ def spark_baseline_child(input_path: str, work: str, runs: int, driver_memory: s
         )
         shutil.rmtree(mid, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
-    print(json.dumps({"warmup": results[0], "runs": results[1:]}), flush=True)
+    print(json.dumps({"warmups": results[:warmups], "runs": results[warmups:]}), flush=True)
 
 
 def run_spark_baseline(args: argparse.Namespace, input_path: Path, work: Path) -> dict[str, Any]:
-    _procs.progress(f"plain Spark: text → parquet → text, 1 + {args.runs} runs")
+    _procs.progress(f"plain Spark: text → parquet → text, {args.warmup_runs} + {args.runs} runs")
     command = [
         sys.executable,
         str(Path(__file__).resolve()),
         "--spark-baseline-child",
         str(input_path),
         str(work),
+        str(args.warmup_runs),
         str(args.runs),
         args.driver_memory,
     ]
@@ -200,7 +208,7 @@ def run_spark_baseline(args: argparse.Namespace, input_path: Path, work: Path) -
         "to_text_s": round(best["to_text_s"], 3),
         "records_per_s": round(args.records / best["seconds"]),
         "runs_s": [round(r["seconds"], 3) for r in figures["runs"]],
-        "warmup_s": round(figures["warmup"]["seconds"], 3),
+        "warmups_s": [round(r["seconds"], 3) for r in figures["warmups"]],
     }
 
 
@@ -416,6 +424,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "pipeline",
         "herder_version": herder_version,
         "records": args.records,
+        "warmup_runs": args.warmup_runs,
         "line_bytes": args.line_bytes,
         "sink_consumer_max_records": args.consumer_max_records or "runtime default",
         "machine": _procs.machine_info(),
@@ -430,21 +439,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with _procs.Services(work) as services:
             herder = Herder(services, work, args.driver_memory, args.worker_log_level)
             try:
-                # as long as a measured run: Spark's first big jobs compile and JIT
-                # their code, and plain Spark gets the same untimed warm-up
-                warmup_records = args.records
-                _procs.progress(f"herder: warm-up run of {warmup_records:,} lines")
-                warm = work / "warmup.prepared"
-                write_lines(warm, warmup_records, args.line_bytes)
-                run_pipeline(
-                    herder,
-                    "warmup",
-                    warm,
-                    work,
-                    "DirectorySink",
-                    warmup_records,
-                    args.consumer_max_records,
-                )
+                # as long as measured runs: Spark's big jobs compile and JIT their code
+                # over several runs, and plain Spark gets the same untimed warm-up
+                warmups = []
+                for i in range(args.warmup_runs):
+                    _procs.progress(f"herder: warm-up run {i + 1} of {args.records:,} lines")
+                    warm = work / f"warmup{i}.prepared"
+                    write_lines(warm, args.records, args.line_bytes)
+                    warmups.append(
+                        run_pipeline(
+                            herder,
+                            f"warmup{i}",
+                            warm,
+                            work,
+                            "DirectorySink",
+                            args.records,
+                            args.consumer_max_records,
+                        )["seconds"]
+                    )
+                    (work / f"warmup{i}.txt").unlink()
+                    shutil.rmtree(work / f"warmup{i}-out", ignore_errors=True)
                 results = {}
                 # as many measured runs as plain Spark gets, the best counting, as for it
                 plan = [(f"directory{i}", "DirectorySink") for i in range(args.runs)]
@@ -460,6 +474,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 directory = {
                     **min(runs, key=lambda r: r["seconds"]),
                     "runs_s": [r["seconds"] for r in runs],
+                    "warmups_s": warmups,
                 }
                 figures["herder_directory_sink"] = {
                     **directory,
@@ -506,6 +521,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--line-bytes", type=int, default=100)
     parser.add_argument("--runs", "--spark-runs", dest="runs", type=int, default=2)
+    parser.add_argument("--warmup-runs", type=int, default=3)
     parser.add_argument("--latency-samples", type=int, default=100)
     parser.add_argument("--latency-rate", type=float, default=5.0)
     parser.add_argument("--driver-memory", default="2g")
@@ -520,6 +536,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for name in ("records", "runs", "latency_samples", "latency_rate"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
+    if args.warmup_runs < 0:
+        parser.error("--warmup-runs must not be negative")
     if args.line_bytes < 16:
         parser.error("--line-bytes must be at least 16")
     return args
@@ -528,7 +546,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--spark-baseline-child"]:
-        spark_baseline_child(argv[1], argv[2], int(argv[3]), argv[4])
+        spark_baseline_child(argv[1], argv[2], int(argv[3]), int(argv[4]), argv[5])
         return 0
     args = parse_args(argv)
     with _procs.sigterm_as_interrupt():

@@ -72,7 +72,7 @@ async def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> dict[
     spark = SparkRuntime(SparkSettings.from_properties({"spark.driver.memory": args.driver_memory}))
     spark.start()
     session = spark.session
-    jvm_pid = int(session._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+    jvm_pid = int(session._jvm.java.lang.ProcessHandle.current().pid())
     clock = Clock([os.getpid(), jvm_pid])
     source = work / "input.txt"
     write_lines(source, args.records, args.line_bytes)
