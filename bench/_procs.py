@@ -11,6 +11,7 @@ report over a queue and count what they complete inside one shared measured
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import json
@@ -48,6 +49,36 @@ def progress(message: str) -> None:
 def emit_json(figures: dict[str, Any], *, pretty: bool = False) -> None:
     """Print the benchmark's figures as one JSON object on stdout."""
     print(json.dumps(figures, indent=2 if pretty else None), flush=True)
+
+
+def check_counts(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    *,
+    positive: Sequence[str] = (),
+    non_negative: Sequence[str] = (),
+) -> None:
+    """Refuse (through ``parser``) an option among ``positive`` that is not above zero,
+    or among ``non_negative`` that is below it."""
+    for name in positive:
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
+    for name in non_negative:
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must not be negative")
+
+
+def run_and_emit(run: Callable[[], dict[str, Any]], *, pretty: bool = False) -> int:
+    """Run a benchmark and print its figures; Ctrl-C or SIGTERM stops it (and, through
+    its ``finally`` blocks, every process it started) with status 130."""
+    with sigterm_as_interrupt():
+        try:
+            figures = run()
+        except KeyboardInterrupt:
+            progress("interrupted: every process the benchmark started was stopped")
+            return 130
+    emit_json(figures, pretty=pretty)
+    return 0
 
 
 # -- ports and polling -------------------------------------------------------------------

@@ -533,11 +533,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--worker-log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
     args = parser.parse_args(argv)
-    for name in ("records", "runs", "latency_samples", "latency_rate"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive")
-    if args.warmup_runs < 0:
-        parser.error("--warmup-runs must not be negative")
+    _procs.check_counts(
+        parser,
+        args,
+        positive=("records", "runs", "latency_samples", "latency_rate"),
+        non_negative=("warmup_runs",),
+    )
     if args.line_bytes < 16:
         parser.error("--line-bytes must be at least 16")
     return args
@@ -549,14 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark_baseline_child(argv[1], argv[2], int(argv[3]), int(argv[4]), argv[5])
         return 0
     args = parse_args(argv)
-    with _procs.sigterm_as_interrupt():
-        try:
-            figures = run(args)
-        except KeyboardInterrupt:
-            _procs.progress("interrupted: every process the benchmark started was stopped")
-            return 130
-    _procs.emit_json(figures, pretty=args.pretty)
-    return 0
+    return _procs.run_and_emit(lambda: run(args), pretty=args.pretty)
 
 
 if __name__ == "__main__":

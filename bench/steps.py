@@ -187,11 +187,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--tmp-dir", default=None)
     parser.add_argument("--pretty", action="store_true")
     args = parser.parse_args(argv)
-    for name in ("records", "rounds"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name} must be positive")
-    if args.warmup < 0:
-        parser.error("--warmup must not be negative")
+    _procs.check_counts(parser, args, positive=("records", "rounds"), non_negative=("warmup",))
     if args.line_bytes < 16:
         parser.error("--line-bytes must be at least 16")
     return args
@@ -199,14 +195,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with _procs.sigterm_as_interrupt():
-        try:
-            figures = run(args)
-        except KeyboardInterrupt:
-            _procs.progress("interrupted: every process the benchmark started was stopped")
-            return 130
-    _procs.emit_json(figures, pretty=args.pretty)
-    return 0
+    return _procs.run_and_emit(lambda: run(args), pretty=args.pretty)
 
 
 if __name__ == "__main__":
