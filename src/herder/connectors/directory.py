@@ -336,14 +336,14 @@ class DirectorySinkTask(SinkTask):
         return VERSION
 
     def start(self, config: dict[str, str]) -> None:
+        from herder.dataplane.storage import fsync_path
+
         settings = DirectorySinkConnector().config_def().parse(config)
         directory: str = settings[DIRECTORY]
         self.directory = os.path.abspath(directory.removeprefix("file://"))
         self.format: str = settings[FORMAT]
         self.schema: str = settings[SCHEMA]
         self.csv_header: bool = settings[CSV_HEADER]
-        from herder.dataplane.storage import fsync_path
-
         created = []
         folder = self.directory
         while not os.path.isdir(folder):
