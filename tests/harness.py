@@ -87,6 +87,21 @@ class Proc:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, sig)
 
+    def dump_stacks(self, timeout: float = 5.0) -> None:
+        """Have a running herder process write every thread's stack to its output
+        (``SIGUSR1``), and wait until it has."""
+        if not self.alive() or self.args[: len(HERDER)] != HERDER:
+            return
+        before = self.log_path.stat().st_size
+        self.signal(signal.SIGCONT)  # a frozen process handles signals once resumed
+        self.signal(signal.SIGUSR1)
+        with contextlib.suppress(AssertionError):
+            wait_until(
+                lambda: b"(most recent call first)" in self.log_path.read_bytes()[before:],
+                timeout=timeout,
+                what=f"{self.name}'s stacks",
+            )
+
     def kill9(self) -> None:
         self.signal(signal.SIGKILL)
         self.popen.wait(timeout=10)
@@ -161,12 +176,15 @@ def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Proces
     try:
         yield procs
     finally:
-        procs.stop_all()
         failed = any(
             getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
             for when in ("setup", "call")
         )
+        if failed:  # what each herder process was doing when the test gave up on it
+            for proc in procs.started:
+                proc.dump_stacks()
+        procs.stop_all()
         if failed:
             for proc in procs.started:
                 sys.stderr.write(f"\n----- output of {proc.name} (pid {proc.pid}) -----\n")
-                sys.stderr.write(proc.output()[-20000:])
+                sys.stderr.write(proc.output()[-40000:])

@@ -7,7 +7,9 @@ non-zero exit. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 import sys
 
 import click
@@ -28,6 +30,9 @@ from herder.errors import HerderError
 )
 def cli(log_level: str) -> None:
     """herder: Kafka Connect's distributed mode on a Zab ensemble, pipelines on Spark."""
+    if hasattr(signal, "SIGUSR1"):
+        # ``kill -USR1 <pid>``: every thread's stack to stderr, for a process that hangs
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(
         level=log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
