@@ -30,9 +30,11 @@ from herder.errors import HerderError
 )
 def cli(log_level: str) -> None:
     """herder: Kafka Connect's distributed mode on a Zab ensemble, pipelines on Spark."""
-    if hasattr(signal, "SIGUSR1"):
+    if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:
         # ``kill -USR1 <pid>``: every thread's stack to stderr, for a process that hangs
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        # (the process's own stderr: a caller may have put one without a file behind it
+        # in sys.stderr, as click's test runner does)
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     logging.basicConfig(
         level=log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
