@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,8 +25,34 @@ import pytest
 HERDER = [sys.executable, "-m", "herder"]
 
 
+def _ephemeral_low() -> int:
+    """The first port of the range the kernel gives outgoing connections (Linux's)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago (the OS picks it)."""
+    """A port that was free on 127.0.0.1 a moment ago, below the range the kernel takes
+    outgoing connections' local ports from (a port in it can be taken by any process's
+    connection between this pick and the server's bind), and not handed out before."""
+    low = _ephemeral_low()
+    if low > 11_000:
+        for _ in range(1_000):
+            port = random.randrange(10_000, low)
+            if port in _handed_out:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
