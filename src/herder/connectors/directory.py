@@ -336,7 +336,7 @@ class DirectorySinkTask(SinkTask):
         return VERSION
 
     def start(self, config: dict[str, str]) -> None:
-        from herder.dataplane.storage import fsync_path
+        from herder.ensemble.storage.files import fsync_path
 
         settings = DirectorySinkConnector().config_def().parse(config)
         directory: str = settings[DIRECTORY]
@@ -405,7 +405,7 @@ class DirectorySinkTask(SinkTask):
         return found
 
     def put(self, df: DataFrame) -> None:
-        from herder.dataplane.storage import fsync_path
+        from herder.ensemble.storage.files import fsync_path
 
         owned = sorted(self.bases)
         if not owned:

@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from herder.ensemble.storage.files import fsync_path
 from herder.errors import ConfigError
 
 STAGING = "_staging"
@@ -87,15 +88,6 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str, str]:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise ValueError(str(exc)) from exc
     return fs, path.rstrip("/"), location.rstrip("/")
-
-
-def fsync_path(path: str) -> None:
-    """Flush a file's data, or a directory's entries, to disk."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,16 @@ import os
 from typing import Protocol
 
 
+def fsync_path(path: str) -> None:
+    """Flush a file's data, or a directory's entries, to disk (by path: read-only opens
+    serve both)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class FileHandle(Protocol):
     """An open file, read-write, addressed by offset."""
 
@@ -178,11 +188,7 @@ class OsFileSystem:
         os.makedirs(path, exist_ok=True)
 
     def fsync_dir(self, path: str) -> None:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(path)
 
     def lock(self, path: str) -> FileLock:
         """An ``flock`` on ``path``; the kernel drops it when the process dies."""
