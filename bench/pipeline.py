@@ -224,19 +224,42 @@ def until(condition: Callable[[], bool], timeout: float, what: str, interval: fl
         time.sleep(interval)
 
 
+def start_ensemble(services: _procs.Services, work: Path) -> tuple[_procs.Service, int]:
+    """One ensemble server on 127.0.0.1 with its data under ``work``, answering; and its
+    client port."""
+    client_port = _procs.free_port()
+    data = work / "ensemble"
+    data.mkdir()
+    config = work / "ensemble.properties"
+    config.write_text(f"dataDir={data}\nclientPort={client_port}\nclientPortAddress=127.0.0.1\n")
+    with _procs.children_ignore_sigint():
+        server = services.start("ensemble", [*HERDER, "ensemble", "start", "--config", str(config)])
+    _procs.wait_until(lambda: _procs.port_open(client_port), timeout=60, what="the ensemble server")
+    return server, client_port
+
+
+def add_input_options(parser: argparse.ArgumentParser) -> None:
+    """The options every data-plane benchmark has: its input, Spark's heap, where it works."""
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--line-bytes", type=int, default=100)
+    parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--tmp-dir", default=None)
+    parser.add_argument("--pretty", action="store_true")
+
+
+def check_line_bytes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.line_bytes < 16:
+        parser.error("--line-bytes must be at least 16")
+
+
 class Herder:
     """One ensemble server and one worker, and the worker's REST API."""
 
     def __init__(
         self, services: _procs.Services, work: Path, driver_memory: str, log_level: str = "INFO"
     ) -> None:
-        client_port, rest_port = _procs.free_port(), _procs.free_port()
-        data = work / "ensemble"
-        data.mkdir()
-        ensemble_config = work / "ensemble.properties"
-        ensemble_config.write_text(
-            f"dataDir={data}\nclientPort={client_port}\nclientPortAddress=127.0.0.1\n"
-        )
+        self.server, client_port = start_ensemble(services, work)
+        rest_port = _procs.free_port()
         worker_config = work / "worker.properties"
         props = {
             "group.id": "bench",
@@ -248,13 +271,6 @@ class Herder:
             "spark.driver.memory": driver_memory,
         }
         worker_config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        with _procs.children_ignore_sigint():
-            self.server = services.start(
-                "ensemble", [*HERDER, "ensemble", "start", "--config", str(ensemble_config)]
-            )
-        _procs.wait_until(
-            lambda: _procs.port_open(client_port), timeout=60, what="the ensemble server"
-        )
         command = [*HERDER, "--log-level", log_level, "worker", "start"]
         with _procs.children_ignore_sigint():
             self.worker = services.start("worker", [*command, "--config", str(worker_config)])
@@ -518,16 +534,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--line-bytes", type=int, default=100)
+    add_input_options(parser)
     parser.add_argument("--runs", "--spark-runs", dest="runs", type=int, default=2)
     parser.add_argument("--warmup-runs", type=int, default=3)
     parser.add_argument("--latency-samples", type=int, default=100)
     parser.add_argument("--latency-rate", type=float, default=5.0)
-    parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--consumer-max-records", type=int, default=None)
-    parser.add_argument("--tmp-dir", default=None)
-    parser.add_argument("--pretty", action="store_true")
     parser.add_argument("--keep-work-dir", action="store_true")
     parser.add_argument(
         "--worker-log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -539,8 +551,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         positive=("records", "runs", "latency_samples", "latency_rate"),
         non_negative=("warmup_runs",),
     )
-    if args.line_bytes < 16:
-        parser.error("--line-bytes must be at least 16")
+    check_line_bytes(parser, args)
     return args
 
 

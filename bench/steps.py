@@ -43,7 +43,13 @@ if __package__ in (None, ""):  # run as a script: make the ``bench`` package imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _procs
-from bench.pipeline import HERDER, sha256_of, write_lines
+from bench.pipeline import (
+    add_input_options,
+    check_line_bytes,
+    sha256_of,
+    start_ensemble,
+    write_lines,
+)
 from herder import __version__ as herder_version
 
 
@@ -72,7 +78,10 @@ async def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> dict[
     spark = SparkRuntime(SparkSettings.from_properties({"spark.driver.memory": args.driver_memory}))
     spark.start()
     session = spark.session
-    jvm_pid = int(session._jvm.java.lang.ProcessHandle.current().pid())
+    jvm = session._jvm
+    if jvm is None:
+        raise RuntimeError("bench/steps.py needs a classic SparkSession (not Spark Connect)")
+    jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
     clock = Clock([os.getpid(), jvm_pid])
     source = work / "input.txt"
     write_lines(source, args.records, args.line_bytes)
@@ -87,16 +96,17 @@ async def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> dict[
         async def herder(round_dir: Path) -> dict[str, float]:
             began, cpu0 = clock.read()
             lines = await spark.run(lambda: whole_file_lines_dataframe(session, str(source)))
+            if lines is None:
+                raise RuntimeError(f"Spark's text reader cannot be given {source} as it is")
             staged = await writer.stage(lines, "steps")
-            await topics.commit(staged)
+            tp = TopicPartition("steps", 0)
+            segment = (await topics.commit(staged)).segments[tp]
             staged_at, _ = clock.read()
-            [segment] = staged.segments
-            base = (await topics.end_offsets("steps"))[0] - segment.count
             task = DirectorySinkTask()
             task.start({"directory": str(round_dir), "format": "text", "topics": "steps"})
-            tp = TopicPartition("steps", 0)
-            task.bases = {tp: base}
-            df = await topics.read("steps", {0: (base, base + segment.count)}, ordered=True)
+            task.bases = {tp: segment.base_offset}
+            wanted = {0: (segment.base_offset, segment.end_offset)}
+            df = await topics.read("steps", wanted, ordered=True)
             await asyncio.to_thread(task.put, df)
             task.stop()
             done, cpu1 = clock.read()
@@ -163,14 +173,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     try:
         with _procs.Services(work) as services:
-            port = _procs.free_port()
-            data = work / "ensemble"
-            data.mkdir()
-            config = work / "ensemble.properties"
-            config.write_text(f"dataDir={data}\nclientPort={port}\nclientPortAddress=127.0.0.1\n")
-            with _procs.children_ignore_sigint():
-                services.start("ensemble", [*HERDER, "ensemble", "start", "--config", str(config)])
-            _procs.wait_until(lambda: _procs.port_open(port), timeout=60, what="the ensemble")
+            _, port = start_ensemble(services, work)
             figures.update(asyncio.run(measure(args, work, f"127.0.0.1:{port}")))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -179,17 +182,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--line-bytes", type=int, default=100)
+    add_input_options(parser)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--driver-memory", default="2g")
-    parser.add_argument("--tmp-dir", default=None)
-    parser.add_argument("--pretty", action="store_true")
     args = parser.parse_args(argv)
     _procs.check_counts(parser, args, positive=("records", "rounds"), non_negative=("warmup",))
-    if args.line_bytes < 16:
-        parser.error("--line-bytes must be at least 16")
+    check_line_bytes(parser, args)
     return args
 
 
