@@ -44,7 +44,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from herder.config import ConfigDef, Importance, Range, Type, ValidString
@@ -88,6 +88,16 @@ _OUTPUT = re.compile(r"(?P<topic>.+)\+(?P<partition>\d+)\+(?P<base>\d{20})\.(?P<
 
 def _hidden(name: str) -> bool:
     return name.startswith((".", "_"))
+
+
+def _is_data_file(name: str) -> bool:
+    """Whether Spark's file ``name`` holds rows (not a checksum or a marker)."""
+    return not _hidden(name)
+
+
+def _is_first_part(name: str) -> bool:
+    """Whether Spark's file ``name`` is its first task's, which parts are joined into."""
+    return name.startswith("part-00000")
 
 
 # -- source ------------------------------------------------------------------------------
@@ -356,6 +366,49 @@ def _append(src: int, out: int, at: int) -> int:
     return at + copied
 
 
+class _WriteBehind:
+    """While Spark writes a put's files under ``folder``, have the kernel start writing
+    their pages to disk every ``interval`` seconds, so that the fsync before the commit
+    waits only for what was written last, not for all of it after the job.
+
+    Spark's writers never flush to disk; the kernel would otherwise hold a batch's
+    output in memory until the fsync, and write it all then. ``wanted`` says which files
+    (by name) are worth it: a part that will be copied into another is not.
+    """
+
+    def __init__(self, folder: str, wanted: Callable[[str], bool], interval: float = 0.05) -> None:
+        self.folder = folder
+        self.wanted = wanted
+        self.interval = interval
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="herder-write-behind", daemon=True)
+
+    def __enter__(self) -> _WriteBehind:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        from herder.ensemble.storage.files import start_writeback
+
+        while not self._done.wait(self.interval):
+            for folder, _, names in os.walk(self.folder):
+                for name in names:
+                    if not self.wanted(name):
+                        continue
+                    try:  # Spark's committer may have moved it meanwhile: next time
+                        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+                    except OSError:
+                        continue
+                    try:
+                        start_writeback(fd)
+                    finally:
+                        os.close(fd)
+
+
 def output_name(tp: TopicPartition, base_offset: int, fmt: str) -> str:
     """The file holding ``tp``'s records of the batch that starts at ``base_offset``."""
     return f"{tp.topic}+{tp.partition}+{base_offset:020d}.{_EXTENSIONS[fmt]}"
@@ -475,9 +528,13 @@ class DirectorySinkTask(SinkTask):
             )
         if self.format == "csv":
             writer = writer.option("header", str(self.csv_header).lower()).option("escape", '"')
-        writer.format("text" if self._lines else self.format).save(temp)
+        joined = single and self._lines
+        # of parts to be joined, the first one is kept, the others copied into it
+        wanted = _is_first_part if joined else _is_data_file
+        with _WriteBehind(temp, wanted):
+            writer.format("text" if self._lines else self.format).save(temp)
         written = time.monotonic()
-        if single and self._lines:
+        if joined:
             _concatenate(self._data_files(temp, several=True), os.path.join(temp, "lines"))
         log.debug(
             "%s: Spark wrote a batch in %.3f s, its files were joined in %.3f s",

@@ -1,15 +1,19 @@
-"""DirectorySink's join of Spark's part files into the one output file of a delivery."""
+"""DirectorySink's output on its way to disk: Spark's part files joined into the one output
+file of a delivery, and their pages sent to disk while they are written."""
 
 from __future__ import annotations
 
 import errno
 import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from herder.connectors import directory
-from herder.connectors.directory import _concatenate
+from herder.connectors.directory import _concatenate, _is_data_file, _is_first_part, _WriteBehind
 from herder.ensemble.storage import files
 
 pytestmark = pytest.mark.unit
@@ -70,3 +74,56 @@ def test_parts_are_joined_where_the_kernel_cannot_copy_between_them(
     _concatenate(parts, str(tmp_path / "lines"))
     assert (tmp_path / "lines").read_bytes() == b"one\ntwo\nthree\nfour\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lines"]
+
+
+def test_files_are_sent_to_disk_while_spark_writes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parts that will be kept, wherever Spark's committer has them at the time, and not
+    checksums, nor parts that will be copied into another."""
+    asked: set[int] = set()
+    monkeypatch.setattr(
+        files, "start_writeback", lambda fd, at=0, n=0: asked.add(os.fstat(fd).st_ino)
+    )
+    attempt = tmp_path / "_temporary" / "0" / "_temporary" / "attempt_1"
+    attempt.mkdir(parents=True)
+    first, second = attempt / "part-00000-x-c000.txt", attempt / "part-00001-x-c000.txt"
+    checksum = attempt / ".part-00000-x-c000.txt.crc"
+    for path in (first, second, checksum):
+        path.write_bytes(b"rows\n")
+    inodes = {path.name: path.stat().st_ino for path in (first, second, checksum)}
+
+    def seen(*names: str) -> bool:
+        return all(inodes[name] in asked for name in names)
+
+    with _WriteBehind(str(tmp_path), _is_first_part, interval=0.01):
+        wait_for(lambda: seen(first.name))
+        first.rename(tmp_path / first.name)  # committed: found where it is now
+        asked.clear()
+        wait_for(lambda: seen(first.name))
+    assert not asked & {inodes[second.name], inodes[checksum.name]}
+    asked.clear()
+    with _WriteBehind(str(tmp_path), _is_data_file, interval=0.01):
+        wait_for(lambda: seen(first.name, second.name))
+    assert inodes[checksum.name] not in asked
+
+
+def test_writing_behind_stops_with_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+    monkeypatch.setattr(files, "start_writeback", lambda fd, at=0, n=0: calls.append(fd))
+    (tmp_path / "part-00000").write_bytes(b"x")
+    with _WriteBehind(str(tmp_path), _is_data_file, interval=0.01):
+        wait_for(lambda: bool(calls))
+    assert not any(t.name == "herder-write-behind" for t in threading.enumerate())
+    count = len(calls)
+    threading.Event().wait(0.05)
+    assert len(calls) == count
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
