@@ -60,11 +60,12 @@ ROWS_PER_WRITE_TASK = 100_000
 #: sink's delivery takes by default, so that a Spark task's split of a large file (128 MiB
 #: by default, over a million short lines) is one file rather than a file and a remnant.
 MAX_RECORDS_PER_FILE = 2_000_000
-#: Parquet writer options of every staged file: min/max statistics only for ``seq`` and
-#: ``timestamp``: reads filter staged files by ``seq`` (pushed down to the
-#: Parquet reader), never by a key's, a value's or a header's bytes, whose statistics cost
-#: the writer a comparison of every value (2,000,000 lines of 100 bytes: staged in 0.83 s
-#: and 1.47 CPU-s with them off, 0.95 s and 1.73 CPU-s with them on).
+#: Parquet writer options of every staged file: min/max statistics only for ``seq``, which
+#: reads filter by (pushed down to the Parquet reader), and ``timestamp``, whose maximum
+#: gives a batch's newest timestamp from the footers (:func:`_summarize`). Nothing reads a
+#: key's, a value's or a header's, and they cost the writer a comparison of every value
+#: (2,000,000 lines of 100 bytes: staged in 0.83 s and 1.47 CPU-s without them, 0.95 s
+#: and 1.73 CPU-s with them).
 STAGED_FILE_STATISTICS = {
     "parquet.column.statistics.enabled": "false",
     "parquet.column.statistics.enabled#seq": "true",
