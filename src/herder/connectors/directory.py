@@ -44,7 +44,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from herder.config import ConfigDef, Importance, Range, Type, ValidString
@@ -55,6 +55,13 @@ from herder.connect import (
     SourceConnector,
     SourceTask,
     TopicPartition,
+)
+from herder.connectors.spark_files import (
+    WriteBehind,
+    hidden,
+    is_data_file,
+    is_first_part,
+    join_parts,
 )
 from herder.errors import ConfigError
 
@@ -84,20 +91,6 @@ TASK_INDEX = "task.index"
 TASK_COUNT = "task.count"
 _TEMP = re.compile(r"task(?P<index>\d+)-(?P<run>[0-9a-f]{32})-\d+")
 _OUTPUT = re.compile(r"(?P<topic>.+)\+(?P<partition>\d+)\+(?P<base>\d{20})\.(?P<ext>\w+)")
-
-
-def _hidden(name: str) -> bool:
-    return name.startswith((".", "_"))
-
-
-def _is_data_file(name: str) -> bool:
-    """Whether Spark's file ``name`` holds rows (not a checksum or a marker)."""
-    return not _hidden(name)
-
-
-def _is_first_part(name: str) -> bool:
-    """Whether Spark's file ``name`` is its first task's, which parts are joined into."""
-    return name.startswith("part-00000")
 
 
 # -- source ------------------------------------------------------------------------------
@@ -200,7 +193,7 @@ class DirectorySourceTask(SourceTask):
             info
             for info in self.listing.files()
             if info.base_name not in self.read
-            and not _hidden(info.base_name)
+            and not hidden(info.base_name)
             and fnmatch.fnmatchcase(info.base_name, self.pattern)
         ]
         if not fresh:
@@ -304,110 +297,6 @@ class DirectorySinkConnector(SinkConnector):
 
     def stop(self) -> None:
         return None
-
-
-def _concatenate(parts: list[str], target: str) -> None:
-    """``parts`` one after another as ``target``, and gone: the first part grows by the
-    others (copied in the kernel where it can) and is renamed, so its bytes are not
-    copied.
-
-    The output is on its way to disk while it is joined: the first part's pages at once,
-    each copied chunk's as it lands, so the fsync that follows has little left to wait
-    for (joining two parts of 100 MB and fsyncing the result took 0.16 s without this,
-    0.12 s with it).
-    """
-    from herder.ensemble.storage.files import start_writeback
-
-    if not parts:
-        open(target, "wb").close()
-        return
-    first, rest = parts[0], parts[1:]
-    out = os.open(first, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        start_writeback(out)
-        end = os.fstat(out).st_size
-        for part in rest:
-            src = os.open(part, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            try:
-                end = _append(src, out, end)
-            finally:
-                os.close(src)
-            os.unlink(part)
-    finally:
-        os.close(out)
-    os.replace(first, target)
-
-
-#: Bytes copied between requests to write the joined output back (:func:`_concatenate`).
-_JOIN_CHUNK = 8 << 20
-
-
-def _append(src: int, out: int, at: int) -> int:
-    """Copy file ``src`` into ``out`` from byte ``at``, a chunk at a time, each chunk's
-    write-back started as it is copied; where ``out`` ends then."""
-    from herder.ensemble.storage.files import start_writeback
-
-    size = os.fstat(src).st_size
-    copied = 0
-    in_kernel = True
-    while copied < size:
-        count = min(_JOIN_CHUNK, size - copied)
-        if in_kernel:
-            try:
-                count = os.copy_file_range(src, out, count, copied, at + copied)
-            except OSError:  # not between these two files: another file system, an old kernel
-                in_kernel = False
-                continue
-        else:
-            count = os.pwrite(out, os.pread(src, count, copied), at + copied)
-        if count == 0:
-            break
-        start_writeback(out, at + copied, count)
-        copied += count
-    return at + copied
-
-
-class _WriteBehind:
-    """While Spark writes a put's files under ``folder``, have the kernel start writing
-    their pages to disk every ``interval`` seconds, so that the fsync before the commit
-    waits only for what was written last, not for all of it after the job.
-
-    Spark's writers never flush to disk; the kernel would otherwise hold a batch's
-    output in memory until the fsync, and write it all then. ``wanted`` says which files
-    (by name) are worth it: a part that will be copied into another is not.
-    """
-
-    def __init__(self, folder: str, wanted: Callable[[str], bool], interval: float = 0.05) -> None:
-        self.folder = folder
-        self.wanted = wanted
-        self.interval = interval
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="herder-write-behind", daemon=True)
-
-    def __enter__(self) -> _WriteBehind:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        from herder.ensemble.storage.files import start_writeback
-
-        while not self._done.wait(self.interval):
-            for folder, _, names in os.walk(self.folder):
-                for name in names:
-                    if not self.wanted(name):
-                        continue
-                    try:  # Spark's committer may have moved it meanwhile: next time
-                        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-                    except OSError:
-                        continue
-                    try:
-                        start_writeback(fd)
-                    finally:
-                        os.close(fd)
 
 
 def output_name(tp: TopicPartition, base_offset: int, fmt: str) -> str:
@@ -531,12 +420,12 @@ class DirectorySinkTask(SinkTask):
             writer = writer.option("header", str(self.csv_header).lower()).option("escape", '"')
         joined = single and self._lines
         # of parts to be joined, the first one is kept, the others copied into it
-        wanted = _is_first_part if joined else _is_data_file
-        with _WriteBehind(temp, wanted):
+        wanted = is_first_part if joined else is_data_file
+        with WriteBehind(temp, wanted):
             writer.format("text" if self._lines else self.format).save(temp)
         written = time.monotonic()
         if joined:
-            _concatenate(self._data_files(temp, several=True), os.path.join(temp, "lines"))
+            join_parts(self._data_files(temp, several=True), os.path.join(temp, "lines"))
         log.debug(
             "%s: Spark wrote a batch in %.3f s, its files were joined in %.3f s",
             self.directory,
@@ -584,7 +473,7 @@ class DirectorySinkTask(SinkTask):
         """Files Spark wrote in ``folder`` that hold rows, in name order (which is Spark's
         partition order); at most one unless ``several``."""
         try:
-            names = sorted(n for n in os.listdir(folder) if not _hidden(n))
+            names = sorted(n for n in os.listdir(folder) if not hidden(n))
         except FileNotFoundError:
             return []
         paths = [os.path.join(folder, n) for n in names]

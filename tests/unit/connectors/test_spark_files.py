@@ -1,5 +1,5 @@
-"""DirectorySink's output on its way to disk: Spark's part files joined into the one output
-file of a delivery, and their pages sent to disk while they are written."""
+"""A sink's output on its way to disk: Spark's part files joined into the one output file
+of a delivery, and their pages sent to disk while they are written."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from herder.connectors import directory
-from herder.connectors.directory import _concatenate, _is_data_file, _is_first_part, _WriteBehind
+from herder.connectors import spark_files
+from herder.connectors.spark_files import WriteBehind, is_data_file, is_first_part, join_parts
 from herder.ensemble.storage import files
 
 pytestmark = pytest.mark.unit
@@ -27,7 +27,7 @@ def test_parts_are_joined_in_order_into_the_first_one(tmp_path: Path) -> None:
         parts.append(str(part))
     first = os.stat(parts[0]).st_ino
     target = tmp_path / "lines"
-    _concatenate(parts, str(target))
+    join_parts(parts, str(target))
     assert target.read_bytes() == b"one\ntwo\nthree\nfour\nfive\n"
     assert target.stat().st_ino == first  # the first part, grown and renamed: not copied
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lines"]
@@ -35,7 +35,7 @@ def test_parts_are_joined_in_order_into_the_first_one(tmp_path: Path) -> None:
 
 def test_no_parts_make_an_empty_file(tmp_path: Path) -> None:
     target = tmp_path / "lines"
-    _concatenate([], str(target))
+    join_parts([], str(target))
     assert target.read_bytes() == b""
 
 
@@ -55,9 +55,9 @@ def test_the_output_is_sent_to_disk_while_it_is_joined(
     so that the fsync before the commit has little left to write."""
     asked: list[tuple[int, int]] = []
     monkeypatch.setattr(files, "start_writeback", lambda fd, at=0, n=0: asked.append((at, n)))
-    monkeypatch.setattr(directory, "_JOIN_CHUNK", 4)
+    monkeypatch.setattr(spark_files, "JOIN_CHUNK", 4)
     parts = _parts(tmp_path, [b"0123456\n", b"abcdefghij\n", b"", b"XYZ\n"])
-    _concatenate(parts, str(tmp_path / "lines"))
+    join_parts(parts, str(tmp_path / "lines"))
     assert (tmp_path / "lines").read_bytes() == b"0123456\nabcdefghij\nXYZ\n"
     assert asked == [(0, 0), (8, 4), (12, 4), (16, 3), (19, 4)]
 
@@ -69,9 +69,9 @@ def test_parts_are_joined_where_the_kernel_cannot_copy_between_them(
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
     monkeypatch.setattr(os, "copy_file_range", refused)
-    monkeypatch.setattr(directory, "_JOIN_CHUNK", 5)
+    monkeypatch.setattr(spark_files, "JOIN_CHUNK", 5)
     parts = _parts(tmp_path, [b"one\n", b"two\nthree\n", b"four\n"])
-    _concatenate(parts, str(tmp_path / "lines"))
+    join_parts(parts, str(tmp_path / "lines"))
     assert (tmp_path / "lines").read_bytes() == b"one\ntwo\nthree\nfour\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lines"]
 
@@ -96,14 +96,14 @@ def test_files_are_sent_to_disk_while_spark_writes_them(
     def seen(*names: str) -> bool:
         return all(inodes[name] in asked for name in names)
 
-    with _WriteBehind(str(tmp_path), _is_first_part, interval=0.01):
+    with WriteBehind(str(tmp_path), is_first_part, interval=0.01):
         wait_for(lambda: seen(first.name))
         first.rename(tmp_path / first.name)  # committed: found where it is now
         asked.clear()
         wait_for(lambda: seen(first.name))
     assert not asked & {inodes[second.name], inodes[checksum.name]}
     asked.clear()
-    with _WriteBehind(str(tmp_path), _is_data_file, interval=0.01):
+    with WriteBehind(str(tmp_path), is_data_file, interval=0.01):
         wait_for(lambda: seen(first.name, second.name))
     assert inodes[checksum.name] not in asked
 
@@ -114,7 +114,7 @@ def test_writing_behind_stops_with_the_write(
     calls = []
     monkeypatch.setattr(files, "start_writeback", lambda fd, at=0, n=0: calls.append(fd))
     (tmp_path / "part-00000").write_bytes(b"x")
-    with _WriteBehind(str(tmp_path), _is_data_file, interval=0.01):
+    with WriteBehind(str(tmp_path), is_data_file, interval=0.01):
         wait_for(lambda: bool(calls))
     assert not any(t.name == "herder-write-behind" for t in threading.enumerate())
     count = len(calls)
