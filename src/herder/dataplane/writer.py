@@ -50,7 +50,7 @@ from herder.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, DataFrameWriter
 
 log = logging.getLogger(__name__)
 
@@ -402,17 +402,20 @@ def _sequenced(
     return rows.withColumn("seq", F.row_number().over(order) - 1).drop("_order")
 
 
+def _staged_write(df: DataFrame) -> DataFrameWriter:
+    """The writer of a staged batch's files: new files only, cut every
+    :data:`MAX_RECORDS_PER_FILE` rows, with :data:`STAGED_FILE_STATISTICS`."""
+    return (
+        df.write.option("maxRecordsPerFile", MAX_RECORDS_PER_FILE)
+        .options(**STAGED_FILE_STATISTICS)
+        .mode("errorifexists")
+    )
+
+
 def _write(df: DataFrame, uri: str) -> None:
     """Write a batch whose rows go to several partitions: a directory per partition."""
     columns = ["key", "value", "headers", "timestamp", "seq", "topic", "partition"]
-    (
-        df.select(*columns)
-        .write.partitionBy("topic", "partition")
-        .option("maxRecordsPerFile", MAX_RECORDS_PER_FILE)
-        .options(**STAGED_FILE_STATISTICS)
-        .mode("errorifexists")
-        .parquet(uri)
-    )
+    _staged_write(df.select(*columns)).partitionBy("topic", "partition").parquet(uri)
 
 
 def _write_partition(
@@ -427,9 +430,7 @@ def _write_partition(
     :data:`MAX_RECORDS_PER_FILE` rows: the files, in :func:`_file_order`, hold the
     DataFrame's rows in order, and need no ``seq``.
     """
-    uri = storage.uri(f"{batch}/topic={topic}/partition={partition}")
-    writer = df.write.option("maxRecordsPerFile", MAX_RECORDS_PER_FILE)
-    writer.options(**STAGED_FILE_STATISTICS).mode("errorifexists").parquet(uri)
+    _staged_write(df).parquet(storage.uri(f"{batch}/topic={topic}/partition={partition}"))
 
 
 def _lean(table: pa.Table) -> tuple[pa.Table, int | None]:
