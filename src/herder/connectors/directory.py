@@ -401,7 +401,9 @@ class DirectorySinkTask(SinkTask):
 
     def _write(self, df: DataFrame, temp: str, *, single: bool) -> None:
         began = time.monotonic()
-        if single and self._lines:
+        # Spark's parts joined into the partition's one file
+        joined = single and self._lines
+        if joined:
             # the runtime's rows come in offset order, spread over Spark partitions in
             # that order: their files, one after another, are the partition's file
             writer = self._rows(df, located=False).write
@@ -418,7 +420,6 @@ class DirectorySinkTask(SinkTask):
             )
         if self.format == "csv":
             writer = writer.option("header", str(self.csv_header).lower()).option("escape", '"')
-        joined = single and self._lines
         # of parts to be joined, the first one is kept, the others copied into it
         wanted = is_first_part if joined else is_data_file
         with WriteBehind(temp, wanted):
