@@ -10,6 +10,7 @@ printed so the reason is in the report.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import signal
@@ -25,6 +26,7 @@ import pytest
 HERDER = [sys.executable, "-m", "herder"]
 
 
+@functools.cache
 def _ephemeral_low() -> int:
     """The first port of the range the kernel gives outgoing connections (Linux's)."""
     try:

@@ -116,10 +116,8 @@ def test_writing_behind_stops_with_the_write(
     (tmp_path / "part-00000").write_bytes(b"x")
     with WriteBehind(str(tmp_path), is_data_file, interval=0.01):
         wait_for(lambda: bool(calls))
+    # joined on the way out: no write-back is asked for once the write is over
     assert not any(t.name == "herder-write-behind" for t in threading.enumerate())
-    count = len(calls)
-    threading.Event().wait(0.05)
-    assert len(calls) == count
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
