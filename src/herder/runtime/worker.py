@@ -303,14 +303,23 @@ class Worker:
     # -- active topics ------------------------------------------------------------------
 
     def _track_topics(self, task_id: ConnectorTaskId, task: Task) -> None:
-        """Watch ``task`` hand over records, recording each new topic it uses."""
-        seen: set[str] = set()
+        """Watch ``task`` hand over records, recording each topic it uses.
+
+        As in Connect, a topic is recorded whenever the status view does not hold it, so a
+        topic forgotten by ``PUT /connectors/{name}/topics/reset`` is recorded again the
+        next time a running task uses it. ``recording`` keeps a topic from being written
+        again while its first record is on its way.
+        """
+        view = self.statuses.view
+        recording: set[str] = set()
 
         def used(topics: Collection[str]) -> None:
-            new = {t for t in topics if t not in seen}
+            new = {
+                t for t in topics if t not in recording and view.topic(task_id.connector, t) is None
+            }
             if new:
-                seen.update(new)
-                self._call_soon(self._record_topics, task_id, sorted(new))
+                recording.update(new)
+                self._call_soon(self._record_topics, task_id, sorted(new), recording)
 
         if isinstance(task, SourceTask):
             poll = task.poll
@@ -334,7 +343,9 @@ class Worker:
 
             task.open = tracked_open  # type: ignore[method-assign]
 
-    def _record_topics(self, task_id: ConnectorTaskId, topics: list[str]) -> None:
+    def _record_topics(
+        self, task_id: ConnectorTaskId, topics: list[str], recording: set[str]
+    ) -> None:
         async def record() -> None:
             now = int(time.time() * 1000)
             for topic in topics:
@@ -344,6 +355,8 @@ class Worker:
                     )
                 except Exception:
                     log.exception("could not record topic %s of task %s", topic, task_id)
+                finally:
+                    recording.discard(topic)
 
         task = asyncio.ensure_future(record())
         self._background.add(task)
