@@ -12,8 +12,9 @@ plain Spark's at the same warmth:
 
 * **herder**: lines of a file staged as a batch by :class:`SegmentWriter` (Spark's text
   reader, as FileStreamSource gives a whole file) and committed; then read back in offset
-  order (``Topics.read``) and written by ``DirectorySinkTask.put`` as text — one file,
-  fsynced, as a sink task does before its offsets are committed.
+  order (``Topics.read_ranged``) and written by ``DirectorySinkTask.put`` as text, given
+  the read's offset ranges as a sink task is — a file per staged file, fsynced, as a
+  sink task does before its offsets are committed.
 * **spark**: ``spark.read.text(in).write.parquet(mid)``, then
   ``spark.read.parquet(mid).write.text(out)``.
 
@@ -35,7 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from bench.pipeline import (
     write_lines,
 )
 from herder import __version__ as herder_version
+from herder.connect import OffsetRange, SinkTaskContext, TopicPartition
 
 
 class Clock:
@@ -63,12 +65,42 @@ class Clock:
         return time.monotonic(), sum(_procs.cpu_seconds(p) for p in self.pids)
 
 
+class PutContext(SinkTaskContext):
+    """What a sink task's put sees of the runtime: the offset ranges of its DataFrame."""
+
+    def __init__(self, ranges: Sequence[OffsetRange] | None) -> None:
+        self.ranges = ranges
+
+    @property
+    def configs(self) -> Mapping[str, str]:
+        return {}
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return frozenset(r.topic_partition for r in self.ranges or ())
+
+    def offset(self, partition: TopicPartition, offset: int) -> None: ...
+
+    def committed(self, partition: TopicPartition) -> tuple[int, str] | None:
+        return None
+
+    def pause(self, *partitions: TopicPartition) -> None: ...
+
+    def resume(self, *partitions: TopicPartition) -> None: ...
+
+    def paused(self) -> frozenset[TopicPartition]:
+        return frozenset()
+
+    def request_commit(self) -> None: ...
+
+    def offset_ranges(self) -> Sequence[OffsetRange] | None:
+        return self.ranges
+
+
 def median_of(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(statistics.median(r[k] for r in rounds), 3) for k in rounds[0]}
 
 
 async def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> dict[str, Any]:
-    from herder.connect import TopicPartition
     from herder.connectors.directory import DirectorySinkTask
     from herder.dataplane import SegmentWriter, SparkRuntime, Storage, Topics
     from herder.dataplane.datasource import whole_file_lines_dataframe
@@ -102,15 +134,16 @@ async def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> dict[
             tp = TopicPartition("steps", 0)
             segment = (await topics.commit(staged)).segments[tp]
             staged_at, _ = clock.read()
+            wanted = {0: (segment.base_offset, segment.end_offset)}
+            df, ranges = await topics.read_ranged("steps", wanted, ordered=True)
             task = DirectorySinkTask()
+            task.initialize(PutContext(ranges))
             task.start({"directory": str(round_dir), "format": "text", "topics": "steps"})
             task.bases = {tp: segment.base_offset}
-            wanted = {0: (segment.base_offset, segment.end_offset)}
-            df = await topics.read("steps", wanted, ordered=True)
             await asyncio.to_thread(task.put, df)
             task.stop()
             done, cpu1 = clock.read()
-            outputs = [p for p in round_dir.iterdir() if p.is_file()]
+            outputs = sorted(p for p in round_dir.iterdir() if p.is_file())
             if sha256_of(outputs) != expected:
                 raise RuntimeError(f"herder's output in {round_dir} is not the input")
             return {

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 
-from herder.connect import SourceRecord
+from herder.connect import SourceRecord, TopicPartition
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage
 from herder.dataplane import writer as writer_module
 from herder.dataplane.datasource import line_ranges_dataframe, plan_line_ranges
@@ -80,8 +81,24 @@ async def test_single_partition_batches_are_read_in_order_without_a_sort(
         await topics.commit(second)
 
         everything = [*lines, *(r.value for r in polled)]
-        df = await topics.read("ordered", ordered=True)
-        assert df.rdd.getNumPartitions() > 7  # split scans, still in order
+        df, offset_ranges = await topics.read_ranged("ordered", ordered=True)
+        # a Spark partition per file (however small Spark's splits), holding its offsets
+        assert offset_ranges is not None and len(offset_ranges) > 7
+        assert df.rdd.getNumPartitions() == len(offset_ranges)
+        tp = TopicPartition("ordered", 0)
+        assert all(r.topic_partition == tp for r in offset_ranges)
+        bounds = [(r.from_offset, r.until_offset) for r in offset_ranges]
+        assert [lo for lo, _ in bounds] == [0, *(hi for _, hi in bounds[:-1])]
+        assert bounds[-1][1] == len(lines) + len(polled)
+        held = await spark.run(
+            lambda: (
+                df.groupBy(F.spark_partition_id().alias("p"))
+                .agg(F.min("offset").alias("lo"), (F.max("offset") + 1).alias("hi"))
+                .orderBy("p")
+                .collect()
+            )
+        )
+        assert [(r["lo"], r["hi"]) for r in held] == bounds
         plan = executed_plan(df)
         assert "Sort" not in plan and "Exchange" not in plan
         # a row's index is read only for whoever uses the offsets: a sink that writes
@@ -94,7 +111,9 @@ async def test_single_partition_batches_are_read_in_order_without_a_sort(
         assert [r["value"] for r in got] == everything
 
         # offsets 5,000 to 7,000: the end of the first batch and the start of the second
-        df = await topics.read("ordered", {0: (5_000, 7_000)}, ordered=True)
+        df, offset_ranges = await topics.read_ranged("ordered", {0: (5_000, 7_000)}, ordered=True)
+        assert offset_ranges is not None
+        assert offset_ranges[0].from_offset == 5_000 and offset_ranges[-1].until_offset == 7_000
         got = await spark.run(df.collect)
         assert [r["offset"] for r in got] == list(range(5_000, 7_000))
         assert [r["value"] for r in got] == everything[5_000:7_000]
@@ -121,7 +140,8 @@ async def test_batches_across_partitions_promise_no_order_and_are_sorted(
         assert len(staged.segments) == 3
         assert all(s.file_counts is None for s in staged.segments)
         await topics.commit(staged)
-        df = await topics.read("spread", ordered=True)
+        df, offset_ranges = await topics.read_ranged("spread", ordered=True)
+        assert offset_ranges is None  # sorted: its partitions are not offset ranges
         assert "Sort" in executed_plan(df)
         got = await spark.run(df.collect)
         assert [(r["partition"], r["offset"]) for r in got] == sorted(

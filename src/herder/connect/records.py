@@ -65,6 +65,17 @@ class TopicPartition:
         return f"{self.topic}-{self.partition}"
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    """Offsets ``[from_offset, until_offset)`` of one topic partition, as Spark's Kafka
+    integration names them. :meth:`~herder.connect.SinkTaskContext.offset_ranges` says
+    which range each Spark partition of a sink's DataFrame holds."""
+
+    topic_partition: TopicPartition
+    from_offset: int
+    until_offset: int
+
+
 @dataclass(slots=True)
 class SourceRecord:
     """One record read from a source system, to be written to ``topic``.

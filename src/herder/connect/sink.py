@@ -15,10 +15,10 @@ in a partition, one past the last record written.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
-from herder.connect.records import TopicPartition
+from herder.connect.records import OffsetRange, TopicPartition
 from herder.connect.task import Task
 
 if TYPE_CHECKING:
@@ -75,6 +75,18 @@ class SinkTaskContext(ABC):
     @abstractmethod
     def request_commit(self) -> None:
         """Commit offsets soon, without waiting for ``offset.flush.interval.ms``."""
+
+    def offset_ranges(self) -> Sequence[OffsetRange] | None:
+        """How the DataFrame of the :meth:`SinkTask.put` in progress is split: its Spark
+        partition *i* holds records of the *i*-th range, in offset order (less any a
+        transform dropped), as Spark's Kafka integration gives ``offsetRanges``. A sink
+        can then write each Spark partition as an output of its own, without a shuffle.
+
+        None outside a put, and when the DataFrame's partitions do not follow offset
+        ranges (a read of many small files, or of files whose records are not stored in
+        offset order: such a read is sorted instead).
+        """
+        return None
 
 
 class SinkTask(Task):

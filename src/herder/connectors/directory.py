@@ -12,19 +12,25 @@ are skipped, and renamed when done); a file that changes after it was read is no
 again.
 
 **DirectorySink** writes each batch it is given with Spark, as Parquet, CSV, JSON lines
-or text, one file per (topic, partition, base offset) — ``<topic>+<partition>+<base
-offset, 20 digits>.<format>``, where the base offset is the partition's first offset in
-the batch. The file is written under a temporary name (in ``_tmp/``, which Spark's
-readers skip) and renamed into place, so a reader never sees half a file and a batch
-delivered again — after a crash, or by a zombie task that lost its partitions —
-replaces itself instead of being added twice. When it is given partitions, a task
-deletes the files of those partitions from their committed offset on (written but never
-committed; they will come again). For text, a record's value is the line; for JSON,
-the value (a JSON document) is written as it is, or parsed with ``schema``; for
-Parquet and CSV, values are JSON objects parsed with ``schema`` or, without one, with
-the schema Spark infers from the batch (which costs one more pass over it, and orders
-columns by name). CSV is read and written as RFC 4180 has it: a quote inside a quoted
-field is doubled.
+or text, in files named ``<topic>+<partition>+<base offset, 20 digits>.<format>``, each
+holding a run of the partition's offsets from its base offset on. When the batch's
+Spark partitions each hold a range of offsets
+(:meth:`~herder.connect.SinkTaskContext.offset_ranges`: the runtime reads a topic's
+files one Spark partition each), each partition's task writes the file of its range,
+with no shuffle and nothing to join afterwards; otherwise a batch has one file per
+topic partition, from the partition's first offset in the batch. Either way the files
+of a batch follow from the offsets it holds. Each file is written under a temporary
+name (in ``_tmp/``, which Spark's readers skip) and renamed into place, so a reader
+never sees half a file and a batch delivered again — after a crash, or by a zombie
+task that lost its partitions — replaces itself instead of being added twice. When it
+is given partitions, a task deletes the files of those partitions from their committed
+offset on (written but never committed; they will come again).
+
+For text, a record's value is the line; for JSON, the value (a JSON document) is written
+as it is, or parsed with ``schema``; for Parquet and CSV, values are JSON objects parsed
+with ``schema`` or, without one, with the schema Spark infers from the batch (which
+costs one more pass over it, and orders columns by name). CSV is read and written as
+RFC 4180 has it: a quote inside a quoted field is doubled.
 
 The sink's directory must be on a local (or mounted) filesystem, where a rename
 replaces its target atomically. A batch's files, and their names in the directory, are
@@ -44,11 +50,12 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from herder.config import ConfigDef, Importance, Range, Type, ValidString
 from herder.connect import (
+    OffsetRange,
     SinkConnector,
     SinkTask,
     SourceBatch,
@@ -67,7 +74,7 @@ from herder.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, DataFrameWriter
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +98,8 @@ TASK_INDEX = "task.index"
 TASK_COUNT = "task.count"
 _TEMP = re.compile(r"task(?P<index>\d+)-(?P<run>[0-9a-f]{32})-\d+")
 _OUTPUT = re.compile(r"(?P<topic>.+)\+(?P<partition>\d+)\+(?P<base>\d{20})\.(?P<ext>\w+)")
+#: Spark's name for a write task's file: ``part-<its partition, 5 digits>-<job>…``
+_PART = re.compile(r"part-(?P<index>\d+)-")
 
 
 # -- source ------------------------------------------------------------------------------
@@ -300,8 +309,14 @@ class DirectorySinkConnector(SinkConnector):
 
 
 def output_name(tp: TopicPartition, base_offset: int, fmt: str) -> str:
-    """The file holding ``tp``'s records of the batch that starts at ``base_offset``."""
+    """The file holding ``tp``'s records from ``base_offset`` on, of one batch."""
     return f"{tp.topic}+{tp.partition}+{base_offset:020d}.{_EXTENSIONS[fmt]}"
+
+
+def _part_index(name: str) -> int | None:
+    """The Spark partition whose task wrote the file ``name``."""
+    found = _PART.match(name)
+    return int(found["index"]) if found else None
 
 
 class DirectorySinkTask(SinkTask):
@@ -387,20 +402,49 @@ class DirectorySinkTask(SinkTask):
             return
         temp = os.path.join(self.directory, TEMP_DIR, f"{self._temp_prefix}-{next(self._temps)}")
         try:
-            self._write(df, temp, single=len(owned) == 1)
-            written = self._written(temp, owned)
-            for path in written.values():
+            ranges = self.context.offset_ranges() if hasattr(self, "context") else None
+            if ranges is not None:
+                outputs = self._write_ranges(df, temp, ranges)
+            else:
+                outputs = self._write_batch(df, temp, owned)
+            for path in outputs.values():
                 fsync_path(path)
-            for tp, path in written.items():
-                name = output_name(tp, self.bases[tp], self.format)
+            for name, path in outputs.items():
                 os.replace(path, os.path.join(self.directory, name))
-            if written:
+            if outputs:
                 fsync_path(self.directory)
         finally:
             shutil.rmtree(temp, ignore_errors=True)
 
-    def _write(self, df: DataFrame, temp: str, *, single: bool) -> None:
+    def _write_ranges(
+        self, df: DataFrame, temp: str, ranges: Sequence[OffsetRange]
+    ) -> dict[str, str]:
+        """Write a DataFrame whose Spark partitions hold ``ranges``: each partition's
+        file is the output of its range, named by the range's first offset. No shuffle,
+        no sort, no join; a range whose records a transform all dropped has no output."""
         began = time.monotonic()
+        with WriteBehind(temp, is_data_file):
+            self._save(self._rows(df, located=False).write, temp)
+        outputs = {}
+        for path in self._data_files(temp, several=True):
+            index = _part_index(os.path.basename(path))
+            if index is None or index >= len(ranges):
+                raise RuntimeError(f"Spark wrote {path}, which no offset range of the batch has")
+            tp, first = ranges[index].topic_partition, ranges[index].from_offset
+            outputs[output_name(tp, first, self.format)] = path
+        log.debug(
+            "%s: Spark wrote %d ranges in %.3f s",
+            self.directory,
+            len(ranges),
+            time.monotonic() - began,
+        )
+        return outputs
+
+    def _write_batch(self, df: DataFrame, temp: str, owned: list[TopicPartition]) -> dict[str, str]:
+        """Write a batch whose Spark partitions do not follow offset ranges: one output
+        per owned partition, named by its base offset."""
+        began = time.monotonic()
+        single = len(owned) == 1
         # Spark's parts joined into the partition's one file
         joined = single and self._lines
         if joined:
@@ -418,12 +462,10 @@ class DirectorySinkTask(SinkTask):
                 .drop("offset")
                 .write.partitionBy("topic", "partition")
             )
-        if self.format == "csv":
-            writer = writer.option("header", str(self.csv_header).lower()).option("escape", '"')
         # of parts to be joined, the first one is kept, the others copied into it
         wanted = is_first_part if joined else is_data_file
         with WriteBehind(temp, wanted):
-            writer.format("text" if self._lines else self.format).save(temp)
+            self._save(writer, temp)
         written = time.monotonic()
         if joined:
             join_parts(self._data_files(temp, several=True), os.path.join(temp, "lines"))
@@ -433,6 +475,15 @@ class DirectorySinkTask(SinkTask):
             written - began,
             time.monotonic() - written,
         )
+        return {
+            output_name(tp, self.bases[tp], self.format): path
+            for tp, path in self._written(temp, owned).items()
+        }
+
+    def _save(self, writer: DataFrameWriter, temp: str) -> None:
+        if self.format == "csv":
+            writer = writer.option("header", str(self.csv_header).lower()).option("escape", '"')
+        writer.format("text" if self._lines else self.format).save(temp)
 
     @property
     def _lines(self) -> bool:

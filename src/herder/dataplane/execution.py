@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from herder.connect import (
+    OffsetRange,
     SinkTask,
     SinkTaskContext,
     SourceBatch,
@@ -421,6 +422,8 @@ class _SinkContext(SinkTaskContext):
         self._paused: set[TopicPartition] = set()
         self.rewinds: dict[TopicPartition, int] = {}
         self.commit_requested = False
+        #: the offset ranges of the DataFrame of the put in progress
+        self.ranges: Sequence[OffsetRange] | None = None
 
     @property
     def configs(self) -> Mapping[str, str]:
@@ -446,6 +449,9 @@ class _SinkContext(SinkTaskContext):
 
     def request_commit(self) -> None:
         self.commit_requested = True
+
+    def offset_ranges(self) -> Sequence[OffsetRange] | None:
+        return self.ranges
 
 
 def _topics_of(settings: Mapping[str, str]) -> list[str]:
@@ -477,12 +483,12 @@ class SinkExecution(_Execution):
         self._uncommitted = False
         self._rebalanced = asyncio.Event()
         self._task_lock = asyncio.Lock()
+        self.context = _SinkContext(self)
 
     async def _execute(self, stopping: threading.Event, paused: threading.Event) -> None:
         topics = _topics_of(self.settings)
         if not topics:
             raise ConfigError(f"sink connector {self.task_id.connector} names no topics")
-        self.context = _SinkContext(self)
         self.task.initialize(self.context)
         await asyncio.to_thread(self.task.start, dict(self.config))
         for topic in topics:
@@ -618,11 +624,14 @@ class SinkExecution(_Execution):
         reading = 0.0
         for topic, ranges in by_topic.items():
             read_at = time.monotonic()
-            df = await self.topics.read(topic, ranges, ordered=True, pool=self.name)
+            df, offset_ranges = await self.topics.read_ranged(
+                topic, ranges, ordered=True, pool=self.name
+            )
+            # transforms select and filter: each Spark partition keeps its offset range
             df = await self.pipeline.before_put(df)
             reading += time.monotonic() - read_at
             try:
-                await self._put(df)
+                await self._put(df, offset_ranges)
             except RetriableError as exc:
                 log.info("sink task %s: put will be retried: %s", self.name, exc)
                 return False
@@ -640,16 +649,20 @@ class SinkExecution(_Execution):
             )
         return True
 
-    async def _put(self, df: Any) -> None:
+    async def _put(self, df: Any, offset_ranges: Sequence[OffsetRange] | None = None) -> None:
         """``put`` on a thread of its own, not a Spark job thread (it may wait on the
         system it writes to), with the Spark jobs it runs in the task's scheduler pool,
-        as the task's reads are."""
+        as the task's reads are; ``offset_ranges`` are the context's meanwhile."""
 
         def put() -> None:
             with self.runtime.spark.pool(self.name):
                 self.task.put(df)
 
-        await asyncio.to_thread(put)
+        self.context.ranges = offset_ranges
+        try:
+            await asyncio.to_thread(put)
+        finally:
+            self.context.ranges = None
 
     async def _commit_positions(self) -> bool:
         """Commit what has been delivered; whether the commit went through.

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from herder.connect import OffsetRange, TopicPartition
 from herder.dataplane.metadata import Segment
 from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL, SEGMENT_SCHEMA
 from herder.dataplane.storage import Storage
@@ -71,23 +72,31 @@ def slices_dataframe(
     slices: Sequence[SegmentSlice],
     *,
     ordered: bool = False,
-) -> DataFrame:
-    """The records of ``slices`` as one DataFrame; in (partition, offset) order if ``ordered``.
+) -> tuple[DataFrame, list[OffsetRange] | None]:
+    """The records of ``slices`` as one DataFrame; in (partition, offset) order if
+    ``ordered``. With it, the offset range each of its Spark partitions holds, in the
+    order of its partitions; or None if its partitions do not follow offset ranges.
 
     An ordered DataFrame's Spark partitions come in that order, each one's rows in it.
+    A read of positional files (see the module docstring), at most
+    :data:`MAX_FILES_UNIONED`, has one Spark partition per file, whose range it holds.
     """
     if not slices:
-        return spark.createDataFrame([], SINK_DDL)
+        return spark.createDataFrame([], SINK_DDL), None
     files = _files_of(slices)
+    if len(files) <= MAX_FILES_UNIONED and all(f.positional for f in files):
+        # one scan per file, in order, each scan one Spark partition: a union keeps its
+        # inputs' partitions in order, so the DataFrame's are its files' ranges
+        ranges = [
+            OffsetRange(TopicPartition(topic, f.partition), f.from_offset, f.to_offset)
+            for f in files
+        ]
+        return _file_by_file(spark, storage, topic, files, one_partition_each=True), ranges
     if len(files) <= MAX_FILES_UNIONED:
-        # one scan per file, in order: a scan's partitions follow its file's row order,
-        # and a union keeps its inputs' partitions in order
         out = _file_by_file(spark, storage, topic, files)
     else:
         out = _one_scan(spark, storage, topic, files)
-    if ordered and not (len(files) <= MAX_FILES_UNIONED and all(f.positional for f in files)):
-        out = out.orderBy("partition", "offset")
-    return out
+    return (out.orderBy("partition", "offset") if ordered else out), None
 
 
 def _one_scan(
@@ -203,9 +212,16 @@ def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
 
 
 def _file_by_file(
-    spark: SparkSession, storage: Storage, topic: str, files: Sequence[_FileRead]
+    spark: SparkSession,
+    storage: Storage,
+    topic: str,
+    files: Sequence[_FileRead],
+    *,
+    one_partition_each: bool = False,
 ) -> DataFrame:
-    """The records of ``files``, one Parquet scan per file, unioned in their order.
+    """The records of ``files``, one Parquet scan per file, unioned in their order; each
+    scan read by one Spark task if ``one_partition_each`` (Spark would otherwise cut a
+    file into splits sized from the whole session's parallelism, some of them empty).
 
     Spark's JVM analyses each DataFrame as it is made, which costs a read some 10 ms per
     expression list: each scan projects only what differs from file to file, and the
@@ -220,6 +236,8 @@ def _file_by_file(
             missing = f"raise_error('Spark gave no row index for {file.path}')"
             schema, place = POSITIONAL_FILE_DDL, f"coalesce({ROW_INDEX}, {missing})"
         rows = spark.read.schema(schema).parquet(storage.uri(file.path))
+        if one_partition_each:
+            rows = rows.coalesce(1)
         if file.filtered:
             lo = file.from_offset - file.first
             hi = file.to_offset - file.first

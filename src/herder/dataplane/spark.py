@@ -54,6 +54,18 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: Session confs herder sets unless the worker's properties say otherwise, on a
+#: SparkSession of its own as on a Spark Connect server's session:
+#:
+#: * Arrow for moving rows between Python and the JVM;
+#: * a union keeps each input's partitions as partitions of its own. Spark would
+#:   otherwise merge the partitions of inputs that are one partition each into one: a
+#:   sink's read, a union of one-partition scans of a topic's files (see
+#:   :func:`~herder.dataplane.reader.slices_dataframe`), would be read by one task.
+SESSION_CONF: Mapping[str, str] = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.unionOutputPartitioning": "false",
+}
 #: What herder sets unless the worker's properties say otherwise.
 DEFAULT_CONF: Mapping[str, str] = {
     "spark.master": "local[*]",
@@ -62,7 +74,7 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.log.level": "WARN",
     "spark.scheduler.mode": "FAIR",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    **SESSION_CONF,
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
 }
 #: The worker property that bounds how many Spark jobs a worker submits at once.
@@ -94,9 +106,9 @@ class SparkSettings:
         if remote is not None:
             if not remote.startswith("sc://"):
                 raise ConfigError(f"spark.remote={remote!r}: a Spark Connect URL is sc://host:port")
-            # herder's local defaults are static confs the Connect server owns; send only
-            # what the user gave, plus Arrow, which is a session conf
-            conf = {"spark.sql.execution.arrow.pyspark.enabled": "true", **given}
+            # herder's other defaults are static confs the Connect server owns; send only
+            # what the user gave, and the session confs
+            conf = {**SESSION_CONF, **given}
             conf.pop("spark.master", None)
             return cls(conf, remote, threads)
         return cls({**DEFAULT_CONF, **given}, None, threads)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from herder.connect.records import TopicPartition
+from herder.connect.records import OffsetRange, TopicPartition
 from herder.dataplane.metadata import (
     START_KEY,
     TOPICS_LOG,
@@ -576,6 +576,20 @@ class Topics:
         pool: str | None = None,
     ) -> DataFrame:
         """Records of ``ranges`` as a DataFrame of SINK_COLUMNS (needs ``spark``)."""
+        df, _ = await self.read_ranged(name, ranges, ordered=ordered, pool=pool)
+        return df
+
+    async def read_ranged(
+        self,
+        name: str,
+        ranges: OffsetRanges | None = None,
+        *,
+        ordered: bool = False,
+        pool: str | None = None,
+    ) -> tuple[DataFrame, list[OffsetRange] | None]:
+        """:meth:`read`, with the offset range each of the DataFrame's Spark partitions
+        holds, in their order, or None if they do not follow offset ranges (see
+        :func:`~herder.dataplane.reader.slices_dataframe`)."""
         from herder.dataplane.reader import slices_dataframe
 
         if self.spark is None:
@@ -583,7 +597,7 @@ class Topics:
         runtime, storage = self.spark, self.storage
         slices = await self.plan_read(name, ranges)
 
-        def build() -> DataFrame:
+        def build() -> tuple[DataFrame, list[OffsetRange] | None]:
             return slices_dataframe(runtime.session, storage, name, slices, ordered=ordered)
 
         return await runtime.run(build, pool=pool)

@@ -1,0 +1,116 @@
+"""DirectorySink given a read of a topic's files one Spark partition each (the runtime's
+``offset_ranges``): an output per range, written by its partition's task, named by the
+range's first offset, with no shuffle and nothing joined afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from herder.connect import OffsetRange, SinkTaskContext, SourceRecord, TopicPartition
+from herder.connectors import directory as directory_module
+from herder.connectors.directory import DirectorySinkTask, output_name
+from herder.dataplane import SegmentWriter, SparkRuntime, Storage
+from herder.dataplane import writer as writer_module
+from tests.dataplane.conftest import connected
+from tests.integration.conftest import ServerHandle
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+class Ranges(SinkTaskContext):
+    """What a sink task sees of the runtime here: the offset ranges of its put."""
+
+    def __init__(self, ranges: Sequence[OffsetRange] | None) -> None:
+        self.ranges = ranges
+
+    @property
+    def configs(self) -> Mapping[str, str]:
+        return {}
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return frozenset(r.topic_partition for r in self.ranges or ())
+
+    def offset(self, partition: TopicPartition, offset: int) -> None: ...
+
+    def committed(self, partition: TopicPartition) -> tuple[int, str] | None:
+        return None
+
+    def pause(self, *partitions: TopicPartition) -> None: ...
+
+    def resume(self, *partitions: TopicPartition) -> None: ...
+
+    def paused(self) -> frozenset[TopicPartition]:
+        return frozenset()
+
+    def request_commit(self) -> None: ...
+
+    def offset_ranges(self) -> Sequence[OffsetRange] | None:
+        return self.ranges
+
+
+def values_in(path: Path, fmt: str) -> list[bytes]:
+    if fmt == "text":
+        return path.read_bytes().splitlines()
+    return [json.dumps({"n": n}).encode() for n in pq.read_table(path).column("n").to_pylist()]
+
+
+@pytest.mark.parametrize("fmt", ["text", "parquet"])
+async def test_each_offset_range_is_an_output_of_its_own(
+    ensemble: ServerHandle,
+    storage: Storage,
+    spark: SparkRuntime,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fmt: str,
+) -> None:
+    monkeypatch.setattr(writer_module, "MAX_RECORDS_PER_FILE", 1_000)
+
+    def no_join(parts: list[str], target: str) -> None:
+        raise AssertionError(f"{parts} joined: the ranges' files are the outputs")
+
+    monkeypatch.setattr(directory_module, "join_parts", no_join)
+    values = [json.dumps({"n": n}).encode() for n in range(2_500)]
+    out = tmp_path / "out"
+    topic = f"ranged-{fmt}"
+    tp = TopicPartition(topic, 0)
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create(topic, 1)
+        writer = SegmentWriter(topics, spark, f"{topic}-0", 1)
+        staged = await writer.stage([SourceRecord({}, {}, topic, v) for v in values])
+        [segment] = staged.segments
+        assert segment.file_counts == [1_000, 1_000, 500]
+        await topics.commit(staged)
+
+        # from offset 500: the first file is read in part
+        df, ranges = await topics.read_ranged(topic, {0: (500, 2_500)}, ordered=True)
+        assert ranges == [OffsetRange(tp, 500, 1_000), OffsetRange(tp, 1_000, 2_000),
+                          OffsetRange(tp, 2_000, 2_500)]  # fmt: skip
+        task = DirectorySinkTask()
+        task.initialize(Ranges(ranges))
+        task.start({"directory": str(out), "format": fmt, "topics": topic})
+        task.bases = {tp: 500}
+        expected = [output_name(tp, first, fmt) for first in (500, 1_000, 2_000)]
+        for _ in range(2):  # delivered again (a retry, a zombie): the outputs replace themselves
+            await asyncio.to_thread(task.put, df)
+            assert sorted(p.name for p in out.iterdir() if p.is_file()) == expected
+            for name, r in zip(expected, ranges, strict=True):
+                assert values_in(out / name, fmt) == values[r.from_offset : r.until_offset]
+        task.stop()
+
+        # without ranges (a read that is sorted, say), the batch is one output
+        task = DirectorySinkTask()
+        task.initialize(Ranges(None))
+        task.start({"directory": str(tmp_path / "whole"), "format": fmt, "topics": topic})
+        task.bases = {tp: 500}
+        monkeypatch.undo()
+        await asyncio.to_thread(task.put, df)
+        [whole] = [p for p in (tmp_path / "whole").iterdir() if p.is_file()]
+        assert whole.name == output_name(tp, 500, fmt)
+        assert values_in(whole, fmt) == values[500:]
+        task.stop()
