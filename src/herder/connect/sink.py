@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 from herder.connect.records import OffsetRange, TopicPartition
 from herder.connect.task import Task
@@ -82,9 +82,10 @@ class SinkTaskContext(ABC):
         transform dropped), as Spark's Kafka integration gives ``offsetRanges``. A sink
         can then write each Spark partition as an output of its own, without a shuffle.
 
-        None outside a put, and when the DataFrame's partitions do not follow offset
-        ranges (a read of many small files, or of files whose records are not stored in
-        offset order: such a read is sorted instead).
+        None outside a put, for a task that is not :attr:`SinkTask.offset_ranged`, and
+        when the DataFrame's partitions do not follow offset ranges (a read of many small
+        files, or of files whose records are not stored in offset order: such a read is
+        sorted instead).
         """
         return None
 
@@ -100,6 +101,12 @@ class SinkTask(Task):
 
     #: The config key through which tasks receive their subscribed topics.
     TOPICS_CONFIG: Final = "topics"
+    #: Whether :meth:`put` is given DataFrames with a Spark partition per range of
+    #: offsets where the topic's files allow it, saying which range each holds
+    #: (:meth:`SinkTaskContext.offset_ranges`). For a sink that writes each partition out
+    #: on its own; others do without it: Spark reads a topic's files columnar, one split
+    #: at a time, and a partition per file makes it read them row by row.
+    offset_ranged: ClassVar[bool] = False
 
     context: SinkTaskContext
 

@@ -322,6 +322,8 @@ def _part_index(name: str) -> int | None:
 class DirectorySinkTask(SinkTask):
     """One Spark write per batch; files renamed into place by (topic, partition, base)."""
 
+    offset_ranged = True
+
     def version(self) -> str:
         return VERSION
 

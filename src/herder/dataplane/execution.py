@@ -625,7 +625,7 @@ class SinkExecution(_Execution):
         for topic, ranges in by_topic.items():
             read_at = time.monotonic()
             df, offset_ranges = await self.topics.read_ranged(
-                topic, ranges, ordered=True, pool=self.name
+                topic, ranges, ordered=True, ranged=self.task.offset_ranged, pool=self.name
             )
             # transforms select and filter: each Spark partition keeps its offset range
             df = await self.pipeline.before_put(df)

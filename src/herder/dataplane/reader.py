@@ -76,19 +76,21 @@ def slices_dataframe(
     slices: Sequence[SegmentSlice],
     *,
     ordered: bool = False,
+    ranged: bool = False,
 ) -> tuple[DataFrame, list[OffsetRange] | None]:
     """The records of ``slices`` as one DataFrame; in (partition, offset) order if
-    ``ordered``. With it, the offset range each of its Spark partitions holds, in the
-    order of its partitions; or None if its partitions do not follow offset ranges.
+    ``ordered``. With it, if ``ranged``, the offset range each of its Spark partitions
+    holds, in the order of its partitions; or None if its partitions do not follow
+    offset ranges.
 
     An ordered DataFrame's Spark partitions come in that order, each one's rows in it.
-    A read of positional files (see the module docstring), at most
+    A ``ranged`` read of positional files (see the module docstring), at most
     :data:`MAX_FILES_UNIONED`, has one Spark partition per file, whose range it holds.
     """
     if not slices:
         return spark.createDataFrame([], SINK_DDL), None
     files = _files_of(slices)
-    if len(files) <= MAX_FILES_UNIONED and all(f.positional for f in files):
+    if ranged and len(files) <= MAX_FILES_UNIONED and all(f.positional for f in files):
         # one scan per file, in order, each scan one Spark partition: a union keeps its
         # inputs' partitions in order, so the DataFrame's are its files' ranges
         ranges = [
@@ -97,10 +99,14 @@ def slices_dataframe(
         ]
         return _file_by_file(spark, storage, topic, files, one_partition_each=True), ranges
     if len(files) <= MAX_FILES_UNIONED:
+        # one scan per file, in order: a scan's partitions follow its file's row order,
+        # and a union keeps its inputs' partitions in order
         out = _file_by_file(spark, storage, topic, files)
     else:
         out = _one_scan(spark, storage, topic, files)
-    return (out.orderBy("partition", "offset") if ordered else out), None
+    if ordered and not (len(files) <= MAX_FILES_UNIONED and all(f.positional for f in files)):
+        out = out.orderBy("partition", "offset")
+    return out, None
 
 
 def _one_scan(
@@ -240,14 +246,16 @@ def _file_by_file(
             missing = f"raise_error('Spark gave no row index for {file.path}')"
             schema, place = POSITIONAL_FILE_DDL, f"coalesce({ROW_INDEX}, {missing})"
         rows = spark.read.schema(schema).parquet(storage.uri(file.path))
-        if one_partition_each:
-            rows = rows.coalesce(1)
         if file.filtered:
             lo = file.from_offset - file.first
             hi = file.to_offset - file.first
             rows = rows.where(f"{place} >= {lo} AND {place} < {hi}")
         offset = f"CAST({file.first} AS BIGINT) + {place}"
-        return rows.selectExpr(*_located_columns(str(file.partition), offset, str(file.timestamp)))
+        located = rows.selectExpr(
+            *_located_columns(str(file.partition), offset, str(file.timestamp))
+        )
+        # after the projection: the scan, filter and projection stay one generated loop
+        return located.coalesce(1) if one_partition_each else located
 
     scans = [scan(file) for file in files]
     return reduce(lambda a, b: a.unionAll(b), scans).selectExpr(*_sink_columns(topic))

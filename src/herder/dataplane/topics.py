@@ -576,7 +576,7 @@ class Topics:
         pool: str | None = None,
     ) -> DataFrame:
         """Records of ``ranges`` as a DataFrame of SINK_COLUMNS (needs ``spark``)."""
-        df, _ = await self.read_ranged(name, ranges, ordered=ordered, pool=pool)
+        df, _ = await self.read_ranged(name, ranges, ordered=ordered, ranged=False, pool=pool)
         return df
 
     async def read_ranged(
@@ -585,11 +585,12 @@ class Topics:
         ranges: OffsetRanges | None = None,
         *,
         ordered: bool = False,
+        ranged: bool = True,
         pool: str | None = None,
     ) -> tuple[DataFrame, list[OffsetRange] | None]:
-        """:meth:`read`, with the offset range each of the DataFrame's Spark partitions
-        holds, in their order, or None if they do not follow offset ranges (see
-        :func:`~herder.dataplane.reader.slices_dataframe`)."""
+        """:meth:`read`, with, if ``ranged``, the offset range each of the DataFrame's
+        Spark partitions holds, in their order, or None if they do not follow offset
+        ranges (see :func:`~herder.dataplane.reader.slices_dataframe`)."""
         from herder.dataplane.reader import slices_dataframe
 
         if self.spark is None:
@@ -598,7 +599,9 @@ class Topics:
         slices = await self.plan_read(name, ranges)
 
         def build() -> tuple[DataFrame, list[OffsetRange] | None]:
-            return slices_dataframe(runtime.session, storage, name, slices, ordered=ordered)
+            return slices_dataframe(
+                runtime.session, storage, name, slices, ordered=ordered, ranged=ranged
+            )
 
         return await runtime.run(build, pool=pool)
 
