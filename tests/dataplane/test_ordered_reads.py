@@ -99,6 +99,10 @@ async def test_single_partition_batches_are_read_in_order_without_a_sort(
             )
         )
         assert [(r["lo"], r["hi"]) for r in held] == bounds
+        # a read that is not ranged keeps Spark's splits (and its columnar union)
+        split = await topics.read("ordered", ordered=True)
+        assert split.rdd.getNumPartitions() > len(offset_ranges)
+        assert "Coalesce" not in executed_plan(split)
         plan = executed_plan(df)
         assert "Sort" not in plan and "Exchange" not in plan
         # a row's index is read only for whoever uses the offsets: a sink that writes
