@@ -246,16 +246,16 @@ def _file_by_file(
             missing = f"raise_error('Spark gave no row index for {file.path}')"
             schema, place = POSITIONAL_FILE_DDL, f"coalesce({ROW_INDEX}, {missing})"
         rows = spark.read.schema(schema).parquet(storage.uri(file.path))
+        if one_partition_each:
+            # on the scan (measured: a text write of two files 3% faster than with the
+            # projection under the coalesce)
+            rows = rows.coalesce(1)
         if file.filtered:
             lo = file.from_offset - file.first
             hi = file.to_offset - file.first
             rows = rows.where(f"{place} >= {lo} AND {place} < {hi}")
         offset = f"CAST({file.first} AS BIGINT) + {place}"
-        located = rows.selectExpr(
-            *_located_columns(str(file.partition), offset, str(file.timestamp))
-        )
-        # after the projection: the scan, filter and projection stay one generated loop
-        return located.coalesce(1) if one_partition_each else located
+        return rows.selectExpr(*_located_columns(str(file.partition), offset, str(file.timestamp)))
 
     scans = [scan(file) for file in files]
     return reduce(lambda a, b: a.unionAll(b), scans).selectExpr(*_sink_columns(topic))
