@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from bench.steps import PutContext
 
-from herder.connect import OffsetRange, SinkTaskContext, SourceRecord, TopicPartition
+from herder.connect import OffsetRange, SourceRecord, TopicPartition
 from herder.connectors import directory as directory_module
 from herder.connectors.directory import DirectorySinkTask, output_name
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage
@@ -21,37 +21,6 @@ from tests.dataplane.conftest import connected
 from tests.integration.conftest import ServerHandle
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-class Ranges(SinkTaskContext):
-    """What a sink task sees of the runtime here: the offset ranges of its put."""
-
-    def __init__(self, ranges: Sequence[OffsetRange] | None) -> None:
-        self.ranges = ranges
-
-    @property
-    def configs(self) -> Mapping[str, str]:
-        return {}
-
-    def assignment(self) -> frozenset[TopicPartition]:
-        return frozenset(r.topic_partition for r in self.ranges or ())
-
-    def offset(self, partition: TopicPartition, offset: int) -> None: ...
-
-    def committed(self, partition: TopicPartition) -> tuple[int, str] | None:
-        return None
-
-    def pause(self, *partitions: TopicPartition) -> None: ...
-
-    def resume(self, *partitions: TopicPartition) -> None: ...
-
-    def paused(self) -> frozenset[TopicPartition]:
-        return frozenset()
-
-    def request_commit(self) -> None: ...
-
-    def offset_ranges(self) -> Sequence[OffsetRange] | None:
-        return self.ranges
 
 
 def values_in(path: Path, fmt: str) -> list[bytes]:
@@ -92,7 +61,7 @@ async def test_each_offset_range_is_an_output_of_its_own(
         assert ranges == [OffsetRange(tp, 500, 1_000), OffsetRange(tp, 1_000, 2_000),
                           OffsetRange(tp, 2_000, 2_500)]  # fmt: skip
         task = DirectorySinkTask()
-        task.initialize(Ranges(ranges))
+        task.initialize(PutContext(ranges))
         task.start({"directory": str(out), "format": fmt, "topics": topic})
         task.bases = {tp: 500}
         expected = [output_name(tp, first, fmt) for first in (500, 1_000, 2_000)]
@@ -105,7 +74,7 @@ async def test_each_offset_range_is_an_output_of_its_own(
 
         # without ranges (a read that is sorted, say), the batch is one output
         task = DirectorySinkTask()
-        task.initialize(Ranges(None))
+        task.initialize(PutContext(None))
         task.start({"directory": str(tmp_path / "whole"), "format": fmt, "topics": topic})
         task.bases = {tp: 500}
         monkeypatch.undo()
