@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bench.steps import PutContext
 
 from herder.connect import SourceRecord, TopicPartition
 from herder.connectors.directory import DirectorySinkTask, output_name
@@ -83,6 +84,7 @@ async def test_directory_sink_outputs_are_on_disk_when_put_returns(
     for partitions in ([0], [0, 1]):  # one partition's lines are joined from Spark's parts
         synced.clear()
         task = DirectorySinkTask()
+        task.initialize(PutContext(None))  # no offset ranges: the DataFrame is made here
         task.start({"directory": str(directory), "format": "text", "topics": "t"})
         if partitions == [0]:
             assert identity(directory.parent) in synced and identity(tmp_path) in synced

@@ -404,7 +404,7 @@ class DirectorySinkTask(SinkTask):
             return
         temp = os.path.join(self.directory, TEMP_DIR, f"{self._temp_prefix}-{next(self._temps)}")
         try:
-            ranges = self.context.offset_ranges() if hasattr(self, "context") else None
+            ranges = self.context.offset_ranges()
             if ranges is not None:
                 outputs = self._write_ranges(df, temp, ranges)
             else:
