@@ -11,9 +11,9 @@ order, so a record's offset is its file's first offset plus its row's index in t
 (Spark's ``_metadata.row_index``, read as :data:`ROW_INDEX`): such files need no ``seq``
 column, and the batches staged by Spark have none. They are read file by file, only the
 files a read needs, filtered only where a file is partly wanted; and since the union of
-their scans keeps each scan's order, an ordered read of them costs no sort. Each file's
-scan is one Spark partition (and the session keeps a union's inputs apart, see
-:data:`~herder.dataplane.spark.SESSION_CONF`), so such a read also says which offsets
+their scans keeps each scan's order, an ordered read of them costs no sort. A *ranged*
+read makes each file's scan one Spark partition (and the session keeps a union's inputs
+apart, see :data:`~herder.dataplane.spark.SESSION_CONF`), so it can say which offsets
 each of its Spark partitions holds (:class:`~herder.connect.OffsetRange`): a sink can
 write each partition out on its own, in order, with no shuffle. Other
 segments' files carry ``seq``, each record's place in its segment: the offset is ``base +
