@@ -83,3 +83,38 @@ async def test_each_offset_range_is_an_output_of_its_own(
         assert whole.name == output_name(tp, 500, fmt)
         assert values_in(whole, fmt) == values[500:]
         task.stop()
+
+
+async def test_a_range_spark_wrote_as_several_files_is_joined(
+    ensemble: ServerHandle,
+    storage: Storage,
+    spark: SparkRuntime,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A session that cuts a task's output every so many rows: a range's files are one output."""
+    monkeypatch.setattr(writer_module, "MAX_RECORDS_PER_FILE", 1_000)
+    values = [b"line %05d" % n for n in range(2_000)]
+    out = tmp_path / "out"
+    tp = TopicPartition("ranged-cut", 0)
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create(tp.topic, 1)
+        writer = SegmentWriter(topics, spark, f"{tp.topic}-0", 1)
+        await topics.commit(await writer.stage([SourceRecord({}, {}, tp.topic, v) for v in values]))
+        df, ranges = await topics.read_ranged(tp.topic, ordered=True)
+        assert ranges == [OffsetRange(tp, 0, 1_000), OffsetRange(tp, 1_000, 2_000)]
+        task = DirectorySinkTask()
+        task.initialize(PutContext(ranges))
+        task.start({"directory": str(out), "format": "text", "topics": tp.topic})
+        task.bases = {tp: 0}
+        conf = spark.session.conf
+        conf.set("spark.sql.files.maxRecordsPerFile", "300")
+        try:
+            await asyncio.to_thread(task.put, df)
+        finally:
+            conf.unset("spark.sql.files.maxRecordsPerFile")
+        task.stop()
+    names = [output_name(tp, first, "text") for first in (0, 1_000)]
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == names
+    assert (out / names[0]).read_bytes().splitlines() == values[:1_000]
+    assert (out / names[1]).read_bytes().splitlines() == values[1_000:]

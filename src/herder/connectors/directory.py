@@ -427,11 +427,18 @@ class DirectorySinkTask(SinkTask):
         began = time.monotonic()
         with WriteBehind(temp, is_data_file):
             self._save(self._rows(df, located=False).write, temp)
-        outputs = {}
-        for path in self._data_files(temp, several=True):
+        parts: dict[int, list[str]] = {}
+        for path in self._data_files(temp, several=True):  # in name order: c000, c001, …
             index = _part_index(os.path.basename(path))
             if index is None or index >= len(ranges):
                 raise RuntimeError(f"Spark wrote {path}, which no offset range of the batch has")
+            parts.setdefault(index, []).append(path)
+        outputs = {}
+        for index, paths in parts.items():
+            path = paths[0]
+            if len(paths) > 1:  # a partition cut into files (spark.sql.files.maxRecordsPerFile)
+                path = os.path.join(temp, f"range-{index}")
+                join_parts(paths, path)
             tp, first = ranges[index].topic_partition, ranges[index].from_offset
             outputs[output_name(tp, first, self.format)] = path
         log.debug(
