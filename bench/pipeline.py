@@ -158,15 +158,17 @@ class Measured:
 
 def make_durable(folder: str) -> None:
     """Flush what Spark wrote in ``folder`` to disk as herder flushes a batch's files
-    before committing them: every file, then each directory's entries, deepest first,
-    then ``folder``'s entry in its parent."""
-    from herder.ensemble.storage.files import fsync_path
+    before committing them (:meth:`Storage.make_durable`): every file, then every
+    directory up to ``folder``'s parent, deepest first."""
+    from herder.dataplane.storage import Storage
 
-    for root, _, names in os.walk(folder, topdown=False):
-        for name in names:
-            fsync_path(os.path.join(root, name))
-        fsync_path(root)
-    fsync_path(os.path.dirname(folder))
+    parent = os.path.dirname(folder)
+    files = [
+        os.path.relpath(os.path.join(root, name), parent)
+        for root, _, names in os.walk(folder)
+        for name in names
+    ]
+    Storage(parent).make_durable(files)
 
 
 def spark_baseline_child(
