@@ -151,6 +151,30 @@ class GroupMember:
                 if waiter not in done:
                     waiter.cancel()
 
+    async def leave_group(self) -> None:
+        """Leave the group now and stay out until :meth:`request_rejoin`.
+
+        The others rebalance without this member at once (Kafka's ``maybeLeaveGroup``),
+        instead of waiting for a member that cannot take part, e.g. a Connect leader
+        backing off because it could not read the config log.
+        """
+        self._stop_heartbeats()
+        self._rejoin.clear()
+        self._stable.clear()
+        self.generation = None
+        member_id, self.member_id = self.member_id, m.NO_MEMBER_ID
+        if member_id and self._coordinator is not None:
+            try:
+                await self._coordinator.request(
+                    apis.LEAVE_GROUP,
+                    m.LeaveGroupRequest(group_id=self.group_id, member_ids=[member_id]),
+                    timeout=5,
+                )
+                log.info("member %s left group %s", member_id, self.group_id)
+            except (HerderError, OSError) as exc:
+                # its session expires instead: the group rebalances a little later
+                log.info("member %s could not leave group %s: %s", member_id, self.group_id, exc)
+
     async def close(self, *, leave: bool = True) -> None:
         """Stop heartbeating and (by default) leave the group."""
         if self._closed:

@@ -65,6 +65,8 @@ from herder.errors import (
 )
 from herder.runtime.protocol import ConnectorTaskId
 from herder.runtime.stores import OffsetStore
+from herder.runtime.threads import SharedExecutor, blocking_calls
+from herder.runtime.worker import TaskControl
 from herder.runtime.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -212,26 +214,30 @@ class _Execution(ABC):
             pool=self.name,
         )
 
-    def run(self, stopping: threading.Event, paused: threading.Event) -> None:
-        asyncio.run(self._main(stopping, paused))
+    def run(self, control: TaskControl) -> None:
+        asyncio.run(self._main(control))
 
-    async def _main(self, stopping: threading.Event, paused: threading.Event) -> None:
+    async def _main(self, control: TaskControl) -> None:
+        # the task's blocking calls (poll, put, Spark jobs) on daemon threads: one that
+        # never returns must not keep the worker's process alive once it is told to stop
+        asyncio.get_running_loop().set_default_executor(SharedExecutor(blocking_calls()))
+        control.doing("connecting to the ensemble")
         await self.client.start()
         try:
-            await self._execute(stopping, paused)
+            await self._execute(control)
         finally:
             await self.client.close()
 
     @abstractmethod
-    async def _execute(self, stopping: threading.Event, paused: threading.Event) -> None:
-        """The task's loop, until ``stopping`` is set."""
+    async def _execute(self, control: TaskControl) -> None:
+        """The task's loop, until ``control.stopping`` is set."""
 
     @staticmethod
-    async def _idle(stopping: threading.Event, paused: threading.Event) -> bool:
+    async def _idle(control: TaskControl) -> bool:
         """Wait while paused; True once the task should stop."""
-        while paused.is_set() and not stopping.is_set():
+        while control.paused.is_set() and not control.stopping.is_set():
             await asyncio.sleep(0.05)
-        return stopping.is_set()
+        return control.stopping.is_set()
 
 
 class _Offsets(OffsetReader):
@@ -265,20 +271,25 @@ class SourceExecution(_Execution):
 
     task: SourceTask
 
-    async def _execute(self, stopping: threading.Event, paused: threading.Event) -> None:
+    async def _execute(self, control: TaskControl) -> None:
         connector = self.task_id.connector
+        control.doing("taking its fencing epoch")
         coordinator = CoordinatorClient(self.runtime.config.bootstrap)
         try:
             epoch = await coordinator.init_fencing(task_fence_id(connector, self.task_id.task))
         finally:
             await coordinator.close()
+        control.doing("reading its connector's fencing epoch")
         connector_epoch = await current_epoch(self.client, connector_fence_id(connector))
         await self.client.create_log(BATCHES_LOG, compacted=True, if_absent=True)
+        control.doing("reading its committed source offsets")
         offsets = OffsetStore(self.client, self.runtime.config.offset_log)
         await offsets.start()  # a linearizable read, after our epoch fenced older tasks
         await offsets.stop()
         self.task.initialize(_SourceContext(self.config, _Offsets(offsets, connector)))
+        control.doing("in its start()")
         await asyncio.to_thread(self.task.start, dict(self.config))
+        control.started()
         writer = SegmentWriter(self.topics, self.runtime.spark, task=self.name, epoch=epoch)
         await writer.reap()
         checks: list[Op] = [fencing_op(task_fence_id(connector, self.task_id.task), epoch)]
@@ -291,8 +302,8 @@ class SourceExecution(_Execution):
         max_ms = _int(self.settings, BATCH_MAX_MS, DEFAULT_BATCH_MAX_MS)
         log.info("source task %s running with fencing epoch %d", self.name, epoch)
         try:
-            while not await self._idle(stopping, paused):
-                batch = await self._gather(stopping, paused, max_records, max_ms)
+            while not await self._idle(control):
+                batch = await self._gather(control, max_records, max_ms)
                 if batch is None:
                     continue
                 sequence += 1
@@ -379,7 +390,7 @@ class SourceExecution(_Execution):
                 return value
 
     async def _gather(
-        self, stopping: threading.Event, paused: threading.Event, max_records: int, max_ms: int
+        self, control: TaskControl, max_records: int, max_ms: int
     ) -> list[SourceRecord] | SourceBatch | None:
         """One batch: polls while records keep coming, until ``max_records`` or ``max_ms``.
 
@@ -389,7 +400,7 @@ class SourceExecution(_Execution):
         """
         records: list[SourceRecord] = []
         deadline = time.monotonic() + max_ms / 1000
-        while not stopping.is_set() and not paused.is_set():
+        while not control.stopping.is_set() and not control.paused.is_set():
             polled = await self.pipeline.poll(self.task.poll)
             if isinstance(polled, SourceBatch):
                 if records:
@@ -485,12 +496,15 @@ class SinkExecution(_Execution):
         self._task_lock = asyncio.Lock()
         self.context = _SinkContext(self)
 
-    async def _execute(self, stopping: threading.Event, paused: threading.Event) -> None:
+    async def _execute(self, control: TaskControl) -> None:
         topics = _topics_of(self.settings)
         if not topics:
             raise ConfigError(f"sink connector {self.task_id.connector} names no topics")
         self.task.initialize(self.context)
+        control.doing("in its start()")
         await asyncio.to_thread(self.task.start, dict(self.config))
+        control.started()
+        control.doing("joining its connector's group")
         for topic in topics:
             await self.topics.ensure(topic)
         member = GroupMember(
@@ -511,7 +525,8 @@ class SinkExecution(_Execution):
         await member.start()
         max_records = _int(self.settings, SINK_MAX_RECORDS, DEFAULT_SINK_MAX_RECORDS)
         try:
-            while not await self._idle(stopping, paused):
+            control.doing("running")
+            while not await self._idle(control):
                 if member.failure is not None:
                     raise member.failure
                 marks = self.topics.commit_marks(topics)

@@ -173,6 +173,8 @@ class ClusterConfigSnapshot:
     _task_configs: Mapping[str, tuple[Mapping[str, str], ...]] = field(default_factory=dict)
     _target_states: Mapping[str, TargetState] = field(default_factory=dict)
     inconsistent: frozenset[str] = frozenset()
+    #: where each connector's current task set was committed
+    _task_commits: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def connectors(self) -> frozenset[str]:
@@ -204,6 +206,11 @@ class ClusterConfigSnapshot:
         configs = self.task_configs(task.connector)
         return configs[task.task] if 0 <= task.task < len(configs) else None
 
+    def task_commit(self, name: str) -> int | None:
+        """The log position of the commit that made the connector's current task set: a
+        set written again, even unchanged, is a new one (its tasks restart)."""
+        return self._task_commits.get(name) if name in self._connector_configs else None
+
     def task_count(self, name: str) -> int:
         """How many tasks the connector's visible task set has."""
         return len(self.task_configs(name))
@@ -227,6 +234,7 @@ class ConfigState:
         self._task_configs: dict[str, tuple[dict[str, str], ...]] = {}
         self._staged: dict[str, dict[int, dict[str, str]]] = {}
         self._inconsistent: set[str] = set()
+        self._task_commits: dict[str, int] = {}
 
     @property
     def offset(self) -> int:
@@ -272,6 +280,7 @@ class ConfigState:
             self._connector_configs.pop(name, None)
             self._target_states.pop(name, None)
             self._task_configs.pop(name, None)
+            self._task_commits.pop(name, None)
             self._staged.pop(name, None)
             self._inconsistent.discard(name)
             return
@@ -314,6 +323,7 @@ class ConfigState:
             self._inconsistent.add(name)
             return
         self._task_configs[name] = tuple(staged[i] for i in range(count))
+        self._task_commits[name] = self._offset - 1
         self._inconsistent.discard(name)
 
     def snapshot(self) -> ClusterConfigSnapshot:
@@ -325,6 +335,7 @@ class ConfigState:
             _task_configs=dict(self._task_configs),
             _target_states=dict(self._target_states),
             inconsistent=frozenset(self._inconsistent & self._connector_configs.keys()),
+            _task_commits=dict(self._task_commits),
         )
 
 
@@ -369,7 +380,8 @@ class ConfigDiff:
     """What changed between two snapshots, sorted by what the herder must do about it.
 
     Connectors added or removed, and connectors whose task set changed, need a
-    rebalance (task sets move between workers and offsets must be committed first). A
+    rebalance (task sets move between workers and offsets must be committed first); a
+    task set committed again counts as changed even when its configs are equal. A
     changed connector config only bounces the connector where it runs, which then
     regenerates its task configs; a target state change is carried out in place.
     The ``*_changed`` sets only name connectors present in both snapshots.
@@ -405,6 +417,7 @@ class ConfigDiff:
             added=new.connectors - old.connectors,
             removed=old.connectors - new.connectors,
             connector_configs_changed=changed(ClusterConfigSnapshot.connector_config),
-            task_configs_changed=changed(ClusterConfigSnapshot.task_configs),
+            task_configs_changed=changed(ClusterConfigSnapshot.task_configs)
+            | changed(ClusterConfigSnapshot.task_commit),
             target_states_changed=changed(ClusterConfigSnapshot.target_state),
         )

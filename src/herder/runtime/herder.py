@@ -148,6 +148,7 @@ class DistributedHerder:
         execution_factory: ExecutionFactory,
         *,
         worker_id: str | None = None,
+        member_factory: Callable[..., GroupMember] = GroupMember,
     ) -> None:
         self.config = config
         self.plugins = plugins
@@ -173,8 +174,11 @@ class DistributedHerder:
             self.statuses,
             execution_factory,
             task_shutdown_timeout_ms=config.task_shutdown_timeout_ms,
+            task_start_timeout_ms=config.task_start_timeout_ms,
+            connector_call_timeout_ms=config.connector_call_timeout_ms,
             topic_tracking=config.topic_tracking,
         )
+        self._member_factory = member_factory
         self.worker.on_task_reconfiguration = self._request_reconfiguration
         self.loggers = Loggers()
         self.connector_offsets = ConnectorOffsets(self.offsets, self.coordinator)
@@ -184,6 +188,14 @@ class DistributedHerder:
         #: the snapshot the running work was started from
         self._applied = ClusterConfigSnapshot.EMPTY
         self._pending_assignment: tuple[Generation, Assignment] | None = None
+        #: the generation the member holds now: set on assignment, None once revoked.
+        #: Work of any other generation must not start.
+        self._member_generation: Generation | None = None
+        #: revocations waiting for the loop to stop the work (the member awaits each)
+        self._revocations: list[asyncio.Future[None]] = []
+        #: connectors restarted for a new config: their task configs are written even
+        #: if they come out equal, so their tasks restart with it (KAFKA-9228)
+        self._reconfigured: set[str] = set()
         self._config_dirty = False
         self._reconfigure = ReconfigurationSchedule()
         self._leader_epoch: tuple[int, int] | None = None  # (generation, epoch)
@@ -207,7 +219,7 @@ class DistributedHerder:
         for store in (self.configs, self.offsets, self.statuses):
             await store.start()
         self._applied = ClusterConfigSnapshot.EMPTY
-        self.member = GroupMember(
+        self.member = self._member_factory(
             self.config.bootstrap,
             self.config.group_id,
             protocol_type="connect",
@@ -236,6 +248,9 @@ class DistributedHerder:
             self._loop_task.cancel()
         async with self._work_lock:
             await self.worker.stop_all()
+        for done in self._revocations:
+            if not done.done():
+                done.set_result(None)
         if self.member is not None:
             await self.member.close(leave=True)
         for _, future in self._requests.drain():
@@ -268,14 +283,44 @@ class DistributedHerder:
         return {member: encode_assignment(a) for member, a in result.items()}
 
     async def _on_revoked(self) -> None:
-        # eager protocol: everything stops before the group rebalances
+        """Eager protocol: everything stops before the member rejoins.
+
+        From this moment no work of the revoked generation may start, wherever the
+        herder loop is (catching up with the config log for it, or about to pick up its
+        parked assignment); the stopping itself happens on the herder loop, between two
+        of its steps, as Connect's herder handles revocation inside its own tick.
+        """
+        self._member_generation = None
+        self._pending_assignment = None
+        self.worker.revoked()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._revocations.append(done)
+        self._wake.set()
+        await done
+
+    async def _on_assigned(self, generation: Generation, data: bytes) -> None:
+        self._member_generation = generation
+        self._pending_assignment = (generation, decode_assignment(data))
+        self._wake.set()
+
+    async def _revoke(self) -> None:
+        revocations, self._revocations = self._revocations, []
         async with self._work_lock:
             await self.worker.stop_all()
             self.assignment = None
+        for done in revocations:
+            if not done.done():
+                done.set_result(None)
 
-    async def _on_assigned(self, generation: Generation, data: bytes) -> None:
-        self._pending_assignment = (generation, decode_assignment(data))
-        self._wake.set()
+    def _still_current(self, generation: Generation) -> bool:
+        if self._member_generation is generation:
+            return True
+        log.info(
+            "worker %s: generation %d was revoked before its work started; dropping it",
+            self.worker_id,
+            generation.generation_id,
+        )
+        return False
 
     def _config_updated(self, snapshot: ClusterConfigSnapshot) -> None:
         self._config_dirty = True
@@ -341,6 +386,9 @@ class DistributedHerder:
         return "idle"
 
     async def _tick(self) -> None:
+        if self._revocations:
+            with self._doing("stopping the work of a revoked generation"):
+                await self._revoke()
         if self._pending_assignment is not None:
             generation, assignment = self._pending_assignment
             self._pending_assignment = None
@@ -375,8 +423,6 @@ class DistributedHerder:
     async def _handle_assignment(self, generation: Generation, assignment: Assignment) -> None:
         member = self.member
         assert member is not None
-        self.generation = generation
-        self.worker.generation = generation.generation_id
         decision = after_rebalance(assignment, self.configs.snapshot().offset)
         if decision is AfterRebalance.CATCH_UP_AND_REJOIN:
             log.warning(
@@ -389,14 +435,20 @@ class DistributedHerder:
             if not await self._catch_up_or_back_off(assignment.config_offset):
                 member.request_rejoin()
                 return
+            if not self._still_current(generation):
+                return
             decision = after_rebalance(assignment, self.configs.snapshot().offset)
         if decision is AfterRebalance.REJOIN:
             log.info("worker %s: configs moved on since the assignment; rejoining", self.worker_id)
             member.request_rejoin()
             return
-        self.assignment = assignment
         if generation.is_leader:
             await self._take_leader_epoch(generation)
+            if not self._still_current(generation):
+                return
+        self.generation = generation
+        self.assignment = assignment
+        self.worker.assigned(generation.generation_id)
         snapshot = self.configs.snapshot()
         async with self._work_lock:
             self._applied = snapshot
@@ -411,6 +463,12 @@ class DistributedHerder:
         )
 
     async def _catch_up_or_back_off(self, offset: int = -1) -> bool:
+        """Read the config log to its end (at least to ``offset``); whether that worked.
+
+        If it did not, leave the group before backing off, as Connect's herder does: the
+        others rebalance without this worker instead of waiting on it (a leader that
+        cannot assign would hold every rebalance up). The caller rejoins afterwards.
+        """
         cfg = self.config
         try:
             await self.configs.read_to_end(timeout=max(cfg.worker_sync_timeout_ms, 1) / 1000)
@@ -420,6 +478,13 @@ class DistributedHerder:
             log.warning(
                 "worker %s: could not read the config log to its end: %s", self.worker_id, exc
             )
+        log.warning(
+            "worker %s: leaving the group for worker.unsync.backoff.ms=%d before rejoining",
+            self.worker_id,
+            cfg.worker_unsync_backoff_ms,
+        )
+        if self.member is not None:
+            await self.member.leave_group()
         await asyncio.sleep(cfg.worker_unsync_backoff_ms / 1000)
         return False
 
@@ -435,13 +500,14 @@ class DistributedHerder:
 
     async def _start_connector(
         self, name: str, config: dict[str, str], snapshot: ClusterConfigSnapshot
-    ) -> None:
+    ) -> bool:
+        """Start connector ``name`` in this generation; whether it runs."""
         target = snapshot.target_state(name) or TargetState.STARTED
-        if (
-            await self.worker.start_connector(name, config, target)
-            and target is TargetState.STARTED
-        ):
+        generation = self.worker.generation
+        started = await self.worker.start_connector(name, config, target, generation)
+        if started and target is TargetState.STARTED:
             self._request_reconfiguration(name)
+        return started
 
     async def _start_task(self, task_id: ConnectorTaskId, snapshot: ClusterConfigSnapshot) -> None:
         task_config = snapshot.task_config(task_id)
@@ -449,7 +515,9 @@ class DistributedHerder:
         if task_config is None or connector_config is None:
             return
         target = snapshot.target_state(task_id.connector) or TargetState.STARTED
-        await self.worker.start_task(task_id, task_config, connector_config, target)
+        await self.worker.start_task(
+            task_id, task_config, connector_config, target, self.worker.generation
+        )
 
     async def _handle_config_update(self) -> None:
         new = self.configs.snapshot()
@@ -457,7 +525,11 @@ class DistributedHerder:
         if diff.empty:
             self._applied = new
             return
-        assert self.member is not None and self.assignment is not None
+        assignment = self.assignment
+        if self.member is None or assignment is None:
+            # no work runs yet: the next assignment is made from these configs
+            self._config_dirty = True
+            return
         if diff.needs_rebalance:
             log.info(
                 "worker %s: connectors added %s, removed %s, re-tasked %s: rebalancing",
@@ -471,11 +543,12 @@ class DistributedHerder:
             self.member.request_rejoin()
             return
         async with self._work_lock:
-            mine = set(self.assignment.connectors)
+            mine = set(assignment.connectors)
             for name in diff.connector_configs_changed & mine:
                 config = new.connector_config(name)
                 await self.worker.stop_connector(name)
                 if config is not None:
+                    self._reconfigured.add(name)
                     await self._start_connector(name, config, new)
             for name in diff.target_states_changed:
                 target = new.target_state(name) or TargetState.STARTED
@@ -483,7 +556,7 @@ class DistributedHerder:
                     await self.worker.set_connector_target(name, target)
                     if target is TargetState.STARTED:
                         self._request_reconfiguration(name)
-                for task_id in self.assignment.tasks:
+                for task_id in assignment.tasks:
                     if task_id.connector == name:
                         await self.worker.set_task_target(task_id, target)
             self._applied = new
@@ -493,8 +566,7 @@ class DistributedHerder:
         async with self._work_lock:
             tasks = [t for t in self.worker.tasks if t.connector == name]
             await self.worker.stop_tasks(tasks, destroyed=True)
-            if name in self.worker.connectors:
-                await self.worker.stop_connector(name, destroyed=True)
+            await self.worker.stop_connector(name, destroyed=True)
 
     # -- task configs -------------------------------------------------------------------
 
@@ -504,12 +576,18 @@ class DistributedHerder:
         stopped = snapshot.target_state(name) is TargetState.STOPPED
         if name not in self.worker.connectors or config is None or stopped:
             self._reconfigure.succeeded(name)
+            self._reconfigured.discard(name)
             return
         try:
             max_tasks = int(config.get("tasks.max", "1"))
             wanted = await self.worker.task_configs(name, max_tasks)
-            if wanted != snapshot.task_configs(name) or name in snapshot.inconsistent:
+            if (
+                wanted != snapshot.task_configs(name)
+                or name in snapshot.inconsistent
+                or name in self._reconfigured
+            ):
                 await self._publish_task_configs(name, wanted)
+            self._reconfigured.discard(name)
         except Exception as exc:
             delay = self._reconfigure.failed(name, _now_ms())
             log.warning(
@@ -777,7 +855,11 @@ class DistributedHerder:
             if name in assignment.connectors:
                 async with self._work_lock:
                     await self.worker.stop_connector(name)
-                    await self._start_connector(name, config, snapshot)
+                    started = await self._start_connector(name, config, snapshot)
+                failure = self.worker.connector_failure(name)
+                if not started and failure is not None:
+                    # Connect answers a failed restart with 500 and the cause
+                    raise HerderError(f"Failed to start connector: {name}: {failure}")
                 log.info("connector %s restarted at the user's request", name)
             elif self.is_leader:
                 raise NotOwner(f"Connector {name}", self._owners.get(name))

@@ -1,14 +1,26 @@
 """The connectors and tasks running on one worker, and their statuses.
 
 The herder decides *what* runs here; the :class:`Worker` makes it so: it instantiates
-plugins, starts and stops them on a bounded thread pool (connector code may block),
-steers them to their target state, and publishes every transition to ``_status``
-with the worker's generation, so a status written by a worker that has since lost
-the work can never overwrite its new owner's.
+plugins, starts and stops them, steers them to their target state, and publishes every
+transition to ``_status`` with the worker's generation, so a status written by a worker
+that has since lost the work can never overwrite its new owner's.
+
+Connector code may block, so it never runs on the event loop: each running task has a
+thread of its own (as Connect's ``WorkerTask``), started and ended with it, and calls
+into a connector (``start``, ``stop``, ``task_configs``) run on a pool of their own,
+each with a deadline, so no number of running tasks delays them. All of these threads
+are daemons: a task whose ``poll`` never returns is abandoned after the graceful
+timeout (its fencing makes it harmless) and cannot keep a stopped worker alive.
+
+Every start belongs to a generation of the group. A start whose generation has been
+revoked by the time it would begin is dropped, and a task id has at most one execution
+here at any moment: a second start of a running task is refused, and one whose previous
+execution was abandoned and has not ended yet waits for it.
 
 How a task moves data is not the worker's business: a :class:`TaskExecution`, made by
-the data plane, runs in a thread until it is told to stop. The worker does watch what a
-task hands over, to record the connector's *active topics* in ``_status`` as Connect
+the data plane, runs in the task's thread until it is told to stop, and says when its
+task's ``start`` has returned: only then is the task RUNNING. The worker does watch what
+a task hands over, to record the connector's *active topics* in ``_status`` as Connect
 does: the topic of every record or batch a source task's ``poll`` returns, and the
 topics of the partitions a sink task is ``open``-ed for.
 """
@@ -16,14 +28,14 @@ topics of the partitions a sink task is ``open``-ed for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 import traceback
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from herder.connect import (
     Connector,
@@ -34,22 +46,54 @@ from herder.connect import (
     Task,
     TopicPartition,
 )
+from herder.errors import HerderError
 from herder.runtime.config_state import TargetState
 from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import ConnectorTaskId
 from herder.runtime.status import ConnectorStatus, State, TaskStatus, TopicStatus
 from herder.runtime.stores import StatusStore
+from herder.runtime.threads import DaemonThreadPool
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 
-class TaskExecution(Protocol):
-    """Moves a started task's data until ``stopping`` is set (runs in its own thread).
 
-    While ``paused`` is set it must not poll or put; raising marks the task FAILED.
+class ConnectorCallTimeout(HerderError):
+    """A call into connector code did not return within its deadline."""
+
+
+class TaskControl:
+    """What a task's execution is told (stop, pause) and tells back (started, doing what).
+
+    ``stopping`` and ``paused`` are set by the worker; the execution calls
+    :meth:`doing` as it goes (so a task slow to start can say what it waits on) and
+    :meth:`started` once its task's ``start`` has returned.
     """
 
-    def run(self, stopping: threading.Event, paused: threading.Event) -> None: ...
+    def __init__(self, on_started: Callable[[], None] = lambda: None) -> None:
+        self.stopping = threading.Event()
+        self.paused = threading.Event()
+        self.activity = "being created"
+        self._on_started = on_started
+
+    def doing(self, what: str) -> None:
+        self.activity = what
+
+    def started(self) -> None:
+        self.activity = "running"
+        self._on_started()
+
+
+class TaskExecution(Protocol):
+    """Moves a task's data until ``control.stopping`` is set (runs in the task's thread).
+
+    It starts the task, calls ``control.started()`` once the task's ``start`` returned,
+    and while ``control.paused`` is set it must not poll or put. Raising marks the task
+    FAILED.
+    """
+
+    def run(self, control: TaskControl) -> None: ...
 
 
 #: builds the execution for (task id, the started task, its config, its connector's config)
@@ -69,24 +113,53 @@ class _Context(ConnectorContext):
 
 
 @dataclass
-class _RunningConnector:
+class _AssignedConnector:
+    """A connector assigned here: running (``started``), paused, stopped or failed."""
+
     name: str
-    instance: Connector
     config: dict[str, str]
     target: TargetState
+    instance: Connector | None = None
+    #: whether ``instance.start`` has returned and ``stop`` has not been called since
+    started: bool = False
+    failure: BaseException | None = None
 
 
 @dataclass
-class _RunningTask:
+class _TaskRun:
+    """One execution of a task on this worker, from its start until its thread ends."""
+
     id: ConnectorTaskId
-    instance: Task
-    stopping: threading.Event = field(default_factory=threading.Event)
-    paused: threading.Event = field(default_factory=threading.Event)
-    done: asyncio.Future[None] | None = None
+    generation: int
+    target: TargetState
+    control: TaskControl
+    done: asyncio.Future[BaseException | None]
+    thread: threading.Thread | None = None
+    started: bool = False
+    failed: bool = False
+    deadline: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class _DeferredStart:
+    """A start waiting for the task's abandoned execution to end."""
+
+    generation: int
+    config: dict[str, str]
+    connector_config: dict[str, str]
+    target: TargetState
 
 
 def _trace(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)).rstrip()
+
+
+@dataclass
+class _Stuck:
+    """A call into connector code that overran its deadline and has not returned."""
+
+    what: str
+    since: float = field(default_factory=time.time)
 
 
 class Worker:
@@ -99,8 +172,9 @@ class Worker:
         statuses: StatusStore,
         execution_factory: ExecutionFactory,
         *,
-        threads: int = 16,
         task_shutdown_timeout_ms: int = 5_000,
+        task_start_timeout_ms: int = 60_000,
+        connector_call_timeout_ms: int = 60_000,
         topic_tracking: bool = True,
     ) -> None:
         self.worker_id = worker_id
@@ -108,31 +182,105 @@ class Worker:
         self.statuses = statuses
         self.execution_factory = execution_factory
         self.task_shutdown_timeout_ms = task_shutdown_timeout_ms
+        self.task_start_timeout_ms = task_start_timeout_ms
+        self.connector_call_timeout_ms = connector_call_timeout_ms
         self.topic_tracking = topic_tracking
+        #: the generation whose work runs here (statuses are published with it)
         self.generation = -1
+        #: False once that generation is revoked: its starts are dropped from then on
+        self._live = False
         #: called (on the loop) when a connector asks for its tasks to be reconfigured
         self.on_task_reconfiguration: Callable[[str], None] = lambda name: None
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="herder-work")
-        self._connectors: dict[str, _RunningConnector] = {}
-        self._tasks: dict[ConnectorTaskId, _RunningTask] = {}
+        self._calls = DaemonThreadPool("herder-connector")
+        self._connectors: dict[str, _AssignedConnector] = {}
+        self._tasks: dict[ConnectorTaskId, _TaskRun] = {}
+        #: executions that did not stop within the graceful timeout and have not ended
+        self._abandoned: dict[ConnectorTaskId, _TaskRun] = {}
+        self._deferred: dict[ConnectorTaskId, _DeferredStart] = {}
+        #: calls into connector code that overran their deadline, by connector name
+        self.stuck: dict[str, _Stuck] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Future[None]] = set()
 
     @property
     def connectors(self) -> set[str]:
-        return set(self._connectors)
+        """Connectors assigned to this worker and not failed."""
+        return {n for n, c in self._connectors.items() if c.failure is None}
 
     @property
     def tasks(self) -> set[ConnectorTaskId]:
+        """Tasks with an execution here (running, paused, starting or failed)."""
         return set(self._tasks)
 
-    def _call_soon(self, fn: Callable[..., object], *args: object) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(fn, *args)
+    @property
+    def abandoned(self) -> set[ConnectorTaskId]:
+        """Tasks whose abandoned execution's thread has not ended yet."""
+        return set(self._abandoned)
 
-    async def _in_thread(self, fn: Callable[..., object], *args: object) -> object:
+    # -- generations --------------------------------------------------------------------
+
+    def assigned(self, generation: int) -> None:
+        """Generation ``generation``'s work may start from now on."""
+        self.generation = generation
+        self._live = True
+
+    def revoked(self) -> None:
+        """The current generation's work may no longer start (it is being revoked)."""
+        self._live = False
+        self._deferred.clear()
+
+    def _current(self, generation: int, what: str) -> bool:
+        if self._live and generation == self.generation:
+            return True
+        log.info(
+            "not starting %s on %s: generation %d is no longer current",
+            what,
+            self.worker_id,
+            generation,
+        )
+        return False
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _call_soon(self, fn: Callable[..., object], *args: object) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            # the loop may close meanwhile: the worker is gone, and so is the news
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(fn, *args)
+
+    async def call_connector(
+        self, name: str, what: str, fn: Callable[..., T], *args: Any, timeout_ms: int | None = None
+    ) -> T:
+        """Run connector code on the connector pool, giving up after its deadline.
+
+        A call that overruns raises :class:`ConnectorCallTimeout`, is logged once naming
+        it, and is remembered in :attr:`stuck` until it returns; it holds up nothing else.
+        """
         self._loop = asyncio.get_running_loop()
-        return await self._loop.run_in_executor(self._pool, fn, *args)
+        deadline_ms = self.connector_call_timeout_ms if timeout_ms is None else timeout_ms
+        future = asyncio.wrap_future(self._calls.submit(fn, *args))
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), deadline_ms / 1000)
+        except TimeoutError:
+            call = f"{what} of connector {name}"
+            log.warning(
+                "%s did not return within %d ms; giving up on it (its thread is left to "
+                "finish on its own)",
+                call,
+                deadline_ms,
+            )
+            stuck = self.stuck[name] = _Stuck(call)
+
+            def returned(_: object) -> None:
+                if self.stuck.get(name) is stuck:
+                    del self.stuck[name]
+                    log.info("%s returned at last", call)
+
+            future.add_done_callback(returned)
+            raise ConnectorCallTimeout(
+                f"{call} did not return within {deadline_ms} ms (connector.call.timeout.ms)"
+            ) from None
 
     async def _publish(self, status: ConnectorStatus | TaskStatus) -> None:
         try:
@@ -142,42 +290,86 @@ class Worker:
 
     # -- connectors -------------------------------------------------------------------
 
-    async def start_connector(self, name: str, config: dict[str, str], target: TargetState) -> bool:
-        """Instantiate and (unless PAUSED/STOPPED) start connector ``name``."""
+    async def start_connector(
+        self, name: str, config: dict[str, str], target: TargetState, generation: int
+    ) -> bool:
+        """Instantiate connector ``name`` and (unless PAUSED/STOPPED) start it.
+
+        Returns whether it runs in its target state; a failure is published (FAILED) and
+        kept, see :meth:`connector_failure`.
+        """
         self._loop = asyncio.get_running_loop()
-        try:
-            klass = self.plugins.connector_class(config.get("connector.class", ""))
-            instance = klass()
-            instance.initialize(_Context(self, name))
-            if target is TargetState.STARTED:
-                await self._in_thread(instance.start, dict(config))
-        except Exception as exc:
-            log.error("connector %s failed to start: %s", name, exc)
-            await self._publish(
-                ConnectorStatus(name, State.FAILED, self.worker_id, self.generation, _trace(exc))
+        if not self._current(generation, f"connector {name}"):
+            return False
+        if name in self._connectors:
+            log.error(
+                "connector %s is already assigned to %s; refusing to start it twice",
+                name,
+                self.worker_id,
             )
             return False
-        self._connectors[name] = _RunningConnector(name, instance, dict(config), target)
+        assigned = self._connectors[name] = _AssignedConnector(name, dict(config), target)
+        if not await self._bring_up(assigned):
+            return False
         await self._publish(
             ConnectorStatus(name, _state_of(target), self.worker_id, self.generation)
         )
         log.info("connector %s started on %s (%s)", name, self.worker_id, target.value)
         return True
 
+    async def _bring_up(self, assigned: _AssignedConnector) -> bool:
+        """Instantiate (once) and, for STARTED, start; on failure publish FAILED."""
+        name = assigned.name
+        try:
+            if assigned.instance is None:
+                klass = self.plugins.connector_class(assigned.config.get("connector.class", ""))
+                instance = klass()
+                instance.initialize(_Context(self, name))
+                assigned.instance = instance
+            if assigned.target is TargetState.STARTED:
+                await self.call_connector(
+                    name, "start()", assigned.instance.start, dict(assigned.config)
+                )
+                assigned.started = True
+        except Exception as exc:
+            assigned.failure = exc
+            log.error("connector %s failed to start: %s", name, exc)
+            await self._publish(
+                ConnectorStatus(name, State.FAILED, self.worker_id, self.generation, _trace(exc))
+            )
+            return False
+        assigned.failure = None
+        return True
+
+    def connector_failure(self, name: str) -> BaseException | None:
+        """Why connector ``name``, assigned here, failed (None if it did not)."""
+        assigned = self._connectors.get(name)
+        return None if assigned is None else assigned.failure
+
     async def stop_connector(self, name: str, *, destroyed: bool = False) -> None:
-        running = self._connectors.pop(name, None)
-        if running is None:
+        assigned = self._connectors.pop(name, None)
+        if assigned is None:
             return
-        if running.target is TargetState.STARTED:
-            try:
-                await self._in_thread(running.instance.stop)
-            except Exception:
-                log.exception("connector %s failed while stopping", name)
+        await self._stop_instance(assigned)
         if destroyed:
             await self._publish(
                 ConnectorStatus(name, State.DESTROYED, self.worker_id, self.generation)
             )
         log.info("connector %s stopped on %s", name, self.worker_id)
+
+    async def _stop_instance(self, assigned: _AssignedConnector) -> None:
+        if not assigned.started or assigned.instance is None:
+            return
+        assigned.started = False
+        try:
+            await self.call_connector(
+                assigned.name,
+                "stop()",
+                assigned.instance.stop,
+                timeout_ms=self.task_shutdown_timeout_ms,
+            )
+        except Exception:
+            log.exception("connector %s failed while stopping", assigned.name)
 
     async def publish_restarting(self, instance: str | ConnectorTaskId) -> None:
         """Tell everyone ``instance`` (a connector name or a task) is about to restart."""
@@ -189,40 +381,61 @@ class Worker:
         await self._publish(status)
 
     async def set_connector_target(self, name: str, target: TargetState) -> None:
-        running = self._connectors.get(name)
-        if running is None or running.target is target:
+        """Steer connector ``name`` (assigned here) to ``target``.
+
+        A failed connector goes to STOPPED at once (as in Connect: stopping is how a
+        user clears a failure before altering offsets); it stays FAILED for PAUSED or
+        STARTED, which need a restart.
+        """
+        assigned = self._connectors.get(name)
+        if assigned is None or (assigned.target is target and assigned.failure is None):
             return
-        try:
-            if target is TargetState.STARTED:
-                await self._in_thread(running.instance.start, dict(running.config))
-            elif running.target is TargetState.STARTED:
-                await self._in_thread(running.instance.stop)
-        except Exception as exc:
-            await self._connector_failed(name, exc)
+        if assigned.failure is not None and target is not TargetState.STOPPED:
+            log.info(
+                "connector %s has failed; it stays FAILED rather than going %s (restart it)",
+                name,
+                target.value,
+            )
+            assigned.target = target
             return
-        running.target = target
+        assigned.failure = None
+        await self._stop_instance(assigned)
+        assigned.target = target
+        if target is TargetState.STARTED and not await self._bring_up(assigned):
+            return
         await self._publish(
             ConnectorStatus(name, _state_of(target), self.worker_id, self.generation)
         )
 
     async def task_configs(self, name: str, max_tasks: int) -> list[dict[str, str]]:
         """The task configs connector ``name`` (running here) wants now."""
-        running = self._connectors[name]
-        configs = await self._in_thread(running.instance.task_configs, max_tasks)
-        assert isinstance(configs, list)
+        assigned = self._connectors[name]
+        if assigned.instance is None or not assigned.started:
+            raise HerderError(f"connector {name} is not running on {self.worker_id}")
+        configs = await self.call_connector(
+            name, "task_configs()", assigned.instance.task_configs, max_tasks
+        )
+        if not isinstance(configs, list):
+            raise HerderError(f"connector {name}'s task_configs() returned {type(configs)}")
         return [{str(k): str(v) for k, v in c.items()} for c in configs[:max_tasks]]
 
     def connector_config(self, name: str) -> dict[str, str] | None:
-        running = self._connectors.get(name)
-        return None if running is None else dict(running.config)
+        assigned = self._connectors.get(name)
+        return None if assigned is None else dict(assigned.config)
 
     def _connector_failed_later(self, name: str, exc: BaseException) -> None:
-        task = asyncio.ensure_future(self._connector_failed(name, exc))
+        self._in_background(self._connector_failed(name, exc))
+
+    def _in_background(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
     async def _connector_failed(self, name: str, exc: BaseException) -> None:
         log.error("connector %s failed: %s", name, exc)
+        assigned = self._connectors.get(name)
+        if assigned is not None:
+            assigned.failure = exc
         await self._publish(
             ConnectorStatus(name, State.FAILED, self.worker_id, self.generation, _trace(exc))
         )
@@ -235,8 +448,41 @@ class Worker:
         config: dict[str, str],
         connector_config: dict[str, str],
         target: TargetState,
+        generation: int,
     ) -> bool:
+        """Start an execution of ``task_id`` in a thread of its own.
+
+        Its status becomes RUNNING (or PAUSED) once its ``start`` returned; FAILED if it
+        raised, or did not get there within ``task_start_timeout_ms``.
+        """
         self._loop = asyncio.get_running_loop()
+        if not self._current(generation, f"task {task_id}"):
+            return False
+        if task_id in self._tasks:
+            log.error(
+                "task %s already has an execution on %s; refusing to start a second one",
+                task_id,
+                self.worker_id,
+            )
+            return False
+        if task_id in self._abandoned:
+            self._deferred[task_id] = _DeferredStart(
+                generation, dict(config), dict(connector_config), target
+            )
+            stuck = self._abandoned[task_id].control.activity
+            message = (
+                f"task {task_id}'s previous execution on {self.worker_id} did not stop and has "
+                f"not ended (it was {stuck}); the task starts here when it ends. Restarting "
+                "the worker ends it at once."
+            )
+            log.warning("%s", message)
+            await self._publish(
+                TaskStatus(task_id, State.FAILED, self.worker_id, self.generation, message)
+            )
+            return False
+        loop = asyncio.get_running_loop()
+        run = _TaskRun(task_id, generation, target, TaskControl(), loop.create_future())
+        run.control = TaskControl(lambda: self._call_soon(self._task_started, run))
         try:
             klass = self.plugins.connector_class(connector_config.get("connector.class", ""))
             task = klass().task_class()()
@@ -246,53 +492,140 @@ class Worker:
             return False
         if self.topic_tracking:
             self._track_topics(task_id, task)
-        running = _RunningTask(task_id, task)
         if target is not TargetState.STARTED:
-            running.paused.set()
-        self._tasks[task_id] = running
-        running.done = asyncio.ensure_future(self._run_task(running, execution))
-        await self._publish(TaskStatus(task_id, _state_of(target), self.worker_id, self.generation))
+            run.control.paused.set()
+        self._tasks[task_id] = run
+        run.thread = threading.Thread(
+            target=self._run_task,
+            args=(run, execution, loop),
+            name=f"task-{task_id.connector}-{task_id.task}",
+            daemon=True,
+        )
+        run.thread.start()
+        run.deadline = loop.call_later(self.task_start_timeout_ms / 1000, self._start_overdue, run)
+        run.done.add_done_callback(lambda _: self._task_ended(run))
+        if target is not TargetState.STARTED:
+            # as Connect's paused task: PAUSED at once, whether or not it has started
+            await self._publish(
+                TaskStatus(task_id, _state_of(target), self.worker_id, self.generation)
+            )
         return True
 
-    async def _run_task(self, running: _RunningTask, execution: TaskExecution) -> None:
-        task_id = running.id
+    def _run_task(
+        self, run: _TaskRun, execution: TaskExecution, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """The task's thread: its execution, then word of how it ended to the loop."""
+        outcome: BaseException | None = None
         try:
-            await self._in_thread(execution.run, running.stopping, running.paused)
-        except Exception as exc:
-            if not running.stopping.is_set():
-                await self._task_failed(task_id, exc)
+            execution.run(run.control)
+        except BaseException as exc:
+            outcome = exc
+
+        def report() -> None:
+            if not run.done.done():
+                run.done.set_result(outcome)
+
+        with contextlib.suppress(RuntimeError):  # a closed loop: the worker is gone
+            loop.call_soon_threadsafe(report)
+
+    def _task_started(self, run: _TaskRun) -> None:
+        if run.deadline is not None:
+            run.deadline.cancel()
+        if self._tasks.get(run.id) is not run or run.control.stopping.is_set() or run.failed:
+            return
+        run.started = True
+        log.info("task %s started on %s", run.id, self.worker_id)
+        state = State.PAUSED if run.control.paused.is_set() else State.RUNNING
+        self._in_background(
+            self._publish(TaskStatus(run.id, state, self.worker_id, self.generation))
+        )
+
+    def _start_overdue(self, run: _TaskRun) -> None:
+        if run.started or run.failed or run.control.stopping.is_set():
+            return
+        exc = HerderError(
+            f"task {run.id} did not start within {self.task_start_timeout_ms} ms "
+            f"(task.start.timeout.ms): it was {run.control.activity}"
+        )
+        run.failed = True
+        # the execution is told to stop; the herder stops it for good at the next
+        # rebalance or restart, abandoning it if it still has not ended then
+        run.control.stopping.set()
+        self._in_background(self._task_failed(run.id, exc))
+
+    def _task_ended(self, run: _TaskRun) -> None:
+        if run.deadline is not None:
+            run.deadline.cancel()
+        outcome = run.done.result()
+        if self._abandoned.get(run.id) is run:
+            del self._abandoned[run.id]
+            log.info("task %s's abandoned execution on %s has ended", run.id, self.worker_id)
+            deferred = self._deferred.pop(run.id, None)
+            if deferred is not None:
+                self._in_background(self._start_deferred(run.id, deferred))
+            return
+        if run.control.stopping.is_set() or self._tasks.get(run.id) is not run:
+            return
+        if outcome is not None:
+            run.failed = True
+            self._in_background(self._task_failed(run.id, outcome))
         else:
-            if not running.stopping.is_set():
-                log.info("task %s finished on its own", task_id)
+            log.info("task %s finished on its own", run.id)
+
+    async def _start_deferred(self, task_id: ConnectorTaskId, deferred: _DeferredStart) -> None:
+        await self.start_task(
+            task_id,
+            deferred.config,
+            deferred.connector_config,
+            deferred.target,
+            deferred.generation,
+        )
 
     async def stop_tasks(self, task_ids: list[ConnectorTaskId], *, destroyed: bool = False) -> None:
-        """Stop ``task_ids`` in parallel, waiting up to the graceful shutdown timeout."""
+        """Stop ``task_ids`` in parallel, waiting up to the graceful shutdown timeout.
+
+        An execution that has not ended by then is abandoned: its thread goes on until
+        it returns, and a new start of that task here waits for it.
+        """
+        for task_id in task_ids:
+            self._deferred.pop(task_id, None)
         stopping = [self._tasks.pop(t) for t in task_ids if t in self._tasks]
-        for running in stopping:
-            running.stopping.set()
-            running.paused.clear()
-        waits = [r.done for r in stopping if r.done is not None]
+        for run in stopping:
+            run.control.stopping.set()
+            run.control.paused.clear()
+        waits = [run.done for run in stopping if not run.done.done()]
         if waits:
-            _, pending = await asyncio.wait(waits, timeout=self.task_shutdown_timeout_ms / 1000)
-            for running in stopping:
-                if running.done in pending:
-                    log.error("task %s did not stop within the graceful timeout", running.id)
-        for running in stopping:
+            await asyncio.wait(waits, timeout=self.task_shutdown_timeout_ms / 1000)
+        for run in stopping:
+            if not run.done.done():
+                self._abandoned[run.id] = run
+                log.warning(
+                    "task %s did not stop within the graceful timeout of %d ms on %s (it was "
+                    "%s); its thread is abandoned, fenced from committing",
+                    run.id,
+                    self.task_shutdown_timeout_ms,
+                    self.worker_id,
+                    run.control.activity,
+                )
             if destroyed:
                 await self._publish(
-                    TaskStatus(running.id, State.DESTROYED, self.worker_id, self.generation)
+                    TaskStatus(run.id, State.DESTROYED, self.worker_id, self.generation)
                 )
-            log.info("task %s stopped on %s", running.id, self.worker_id)
+            log.info("task %s stopped on %s", run.id, self.worker_id)
 
     async def set_task_target(self, task_id: ConnectorTaskId, target: TargetState) -> None:
-        running = self._tasks.get(task_id)
-        if running is None:
+        run = self._tasks.get(task_id)
+        if run is None or run.failed:
             return
+        run.target = target
         if target is TargetState.STARTED:
-            running.paused.clear()
+            run.control.paused.clear()
         else:
-            running.paused.set()
-        await self._publish(TaskStatus(task_id, _state_of(target), self.worker_id, self.generation))
+            run.control.paused.set()
+        if run.started or target is not TargetState.STARTED:
+            await self._publish(
+                TaskStatus(task_id, _state_of(target), self.worker_id, self.generation)
+            )
 
     async def _task_failed(self, task_id: ConnectorTaskId, exc: BaseException) -> None:
         log.error("task %s failed: %s", task_id, exc)
@@ -358,17 +691,16 @@ class Worker:
                 finally:
                     recording.discard(topic)
 
-        task = asyncio.ensure_future(record())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._in_background(record())
 
     async def stop_all(self) -> None:
+        """Stop every task and connector (tasks first, in parallel)."""
+        self._deferred.clear()
         await self.stop_tasks(list(self._tasks))
-        for name in list(self._connectors):
-            await self.stop_connector(name)
+        await asyncio.gather(*(self.stop_connector(name) for name in list(self._connectors)))
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._calls.shutdown(wait=False, cancel_futures=True)
         # an execution factory with work of its own (the data plane's retention passes)
         close = getattr(self.execution_factory, "close", None)
         if callable(close):

@@ -57,6 +57,14 @@ WORKER_CONFIG = (
     .define("task.shutdown.graceful.timeout.ms", Type.INT, default=5_000,
             validator=Range.at_least(0), importance=Importance.LOW,
             documentation="How long to wait for tasks to stop before giving up on them.")
+    .define("task.start.timeout.ms", Type.INT, default=60_000, validator=Range.at_least(1),
+            importance=Importance.LOW,
+            documentation="How long a task may take to start (its fencing, its offsets, its "
+                          "start()) before it is FAILED (herder's name).")
+    .define("connector.call.timeout.ms", Type.INT, default=60_000,
+            validator=Range.at_least(1), importance=Importance.LOW,
+            documentation="How long a call into connector code (start, task_configs, "
+                          "validate) may take before it is given up on (herder's name).")
     .define("config.storage.topic", Type.STRING, default=DEFAULT_CONFIG_LOG,
             importance=Importance.HIGH, documentation="Ensemble log of connector configs.")
     .define("offset.storage.topic", Type.STRING, default=DEFAULT_OFFSET_LOG,
@@ -102,6 +110,8 @@ class WorkerConfig:
     topic_tracking: bool = True
     topic_tracking_allow_reset: bool = True
     rest_request_timeout_ms: int = 90_000
+    task_start_timeout_ms: int = 60_000
+    connector_call_timeout_ms: int = 60_000
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> WorkerConfig:
@@ -134,6 +144,8 @@ class WorkerConfig:
             topic_tracking=v["topic.tracking.enable"],
             topic_tracking_allow_reset=v["topic.tracking.allow.reset"],
             rest_request_timeout_ms=v["rest.request.timeout.ms"],
+            task_start_timeout_ms=v["task.start.timeout.ms"],
+            connector_call_timeout_ms=v["connector.call.timeout.ms"],
         )
 
     def advertised_url(self, bound_port: int) -> str:

@@ -297,8 +297,16 @@ def test_diff_task_config_change_rebalances(running: Log) -> None:
     assert result.needs_rebalance
 
 
-def test_diff_rewriting_identical_task_configs_changes_nothing(running: Log) -> None:
-    assert diff(running, *task_config_records("b", [task(1)])).empty
+def test_diff_rewriting_identical_task_configs_is_a_new_task_set(running: Log) -> None:
+    # the leader writes an equal task set after a connector config change so that the
+    # tasks restart with the new connector config (Connect's KAFKA-9228): workers must see it
+    result = diff(running, *task_config_records("b", [task(1)]))
+    assert result == ConfigDiff(task_configs_changed=frozenset({"b"}))
+    assert result.needs_rebalance
+
+
+def test_diff_unrelated_records_leave_task_sets_alone(running: Log) -> None:
+    assert diff(running, target_state_record("a", TargetState.STARTED)).empty
 
 
 def test_diff_a_connector_turning_inconsistent_rebalances(running: Log) -> None:
