@@ -415,6 +415,7 @@ async def running_source(
 
     from herder.dataplane.execution import TaskExecutions
     from herder.runtime.protocol import ConnectorTaskId
+    from herder.runtime.worker import TaskControl
     from herder.runtime.worker_config import WorkerConfig
 
     executions = TaskExecutions(
@@ -424,13 +425,13 @@ async def running_source(
         )
     )  # fmt: skip
     execution = executions(ConnectorTaskId(name, 0), task, settings, {"connector.class": "x"})
-    stopping, paused = threading.Event(), threading.Event()
-    runner = threading.Thread(target=execution.run, args=(stopping, paused))
+    control = TaskControl()
+    runner = threading.Thread(target=execution.run, args=(control,))
     runner.start()
     try:
         yield
     finally:
-        stopping.set()
+        control.stopping.set()
         await asyncio.to_thread(runner.join, 30)
         # its retention passes would otherwise go on over the shared ensemble's topics
         executions.close()

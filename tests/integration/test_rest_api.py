@@ -301,6 +301,58 @@ def test_restarts_are_carried_out_by_the_owning_workers(logs_on_failure: RestClu
     assert_error(send("POST", f"{b}/connectors/nope/tasks/0/restart"), 404)
 
 
+def test_stopping_a_failed_connector_stops_it_at_once(logs_on_failure: RestCluster) -> None:
+    c = logs_on_failure
+    a, b = c.urls()
+    create(a, "broken", c.config(**{"fail.connector": "true"}))
+    wait_until(lambda: states(b, "broken") == ("FAILED", []), 30, what="broken FAILED")
+    assert send("PUT", f"{b}/connectors/broken/stop").status_code == 202
+    wait_until(lambda: states(a, "broken") == ("STOPPED", []), 10, what="broken STOPPED")
+
+
+def test_a_plain_restart_answers_after_the_start_with_its_failure(
+    logs_on_failure: RestCluster,
+) -> None:
+    c = logs_on_failure
+    a, b = c.urls()
+    create(a, "unstartable", c.config(**{"fail.connector": "true"}))
+    wait_until(lambda: states(b, "unstartable")[0] == "FAILED", 30, what="unstartable FAILED")
+    before = c.starts("unstartable")
+    for url in (a, b):  # one of them runs it; the other forwards
+        assert_error(
+            send("POST", f"{url}/connectors/unstartable/restart"),
+            500,
+            "unstartable",
+            "configured to fail",
+        )
+    assert c.starts("unstartable") == before + 2
+
+
+def test_a_connector_config_change_restarts_tasks_whose_configs_stay_equal(
+    logs_on_failure: RestCluster,
+) -> None:
+    c = logs_on_failure
+    a, b = c.urls()
+    create(a, "steady", c.config(**{"tasks.max": "2"}))
+    wait_until(lambda: states(b, "steady") == ("RUNNING", ["RUNNING", "RUNNING"]), 30)
+    tasks_before = get(f"{a}/connectors/steady/tasks").json()
+    base = {n: c.starts(n) for n in ("steady", "steady-0", "steady-1")}
+    # a setting of the connector alone: its task configs come out the same
+    reply = send(
+        "PUT",
+        f"{b}/connectors/steady/config",
+        c.config(**{"tasks.max": "2", "start.delay.ms": "1"}),
+    )
+    assert reply.status_code == 200, reply.text
+    wait_until(
+        lambda: all(c.starts(n) > base[n] for n in base),
+        30,
+        what="the connector and both its tasks restarted",
+    )
+    assert get(f"{a}/connectors/steady/tasks").json() == tasks_before
+    wait_until(lambda: states(a, "steady") == ("RUNNING", ["RUNNING", "RUNNING"]), 30)
+
+
 def states_of(info: dict[str, Any]) -> tuple[str, list[str]]:
     return info["connector"]["state"], [t["state"] for t in info["tasks"]]
 
