@@ -305,7 +305,7 @@ async def test_the_next_generation_assigning_the_same_task_runs_it_once(
         for generation in (1, 2, 3):
             await h.member.assign(generation, h.assignment(offset, T0, T1))
             await until(lambda: h.state(T0) == h.state(T1) == State.RUNNING, what="RUNNING")
-            await until(lambda: len(h.executions.started) == 2 * generation)
+            await until(lambda n=2 * generation: len(h.executions.started) == n)
             await asyncio.wait_for(h.member.revoke(), 10)
         assert h.executions.most_live == {T0: 1, T1: 1}
         assert h.executions.started.count(T0) == 3
