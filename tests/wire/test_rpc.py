@@ -159,3 +159,25 @@ async def test_timeouts_and_lost_connections_fail_requests_cleanly() -> None:
     assert (await client.request(ECHO, EchoRequest(payload=b"y"))).payload == b"y"
     await client.close()
     await server.stop()
+
+
+async def test_a_request_cancelled_as_its_answer_arrives_is_cancelled() -> None:
+    # the answer and the cancellation land in the same turn of the loop: the request
+    # must still end cancelled, or a task told to stop (a log tailer) never does
+    server = await start_server()
+    client = WireClient("127.0.0.1", server.port, ApiRegistry([ECHO]))
+    await client.connect()
+    try:
+        request = asyncio.create_task(
+            client.request(ECHO, EchoRequest(payload=b"x", delay_ms=60_000))
+        )
+        while not client._pending:
+            await asyncio.sleep(0)
+        ((_, answer),) = client._pending.values()
+        answer.set_result(EchoResponse(payload=b"x"))
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+    finally:
+        await client.close()
+        await server.stop()

@@ -47,13 +47,17 @@ class LogTailer:
         self._task: asyncio.Task[None] | None = None
         self._progress = asyncio.Condition()
         self._failure: BaseException | None = None
+        #: set by stop(): the loop ends even if a cancellation was lost on its way
+        self._stopped = False
 
     async def start(self) -> LogTailer:
         if self._task is None:
+            self._stopped = False
             self._task = asyncio.create_task(self._run(), name=f"tail-{self.log_name}")
         return self
 
     async def stop(self) -> None:
+        self._stopped = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -62,7 +66,7 @@ class LogTailer:
 
     async def _run(self) -> None:
         backoff = 0.1
-        while True:
+        while not self._stopped:
             try:
                 reply = await self.client.read(
                     self.log_name,

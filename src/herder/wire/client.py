@@ -113,10 +113,10 @@ class WireClient:
             self._closed = False
             loop = asyncio.get_running_loop()
             try:
-                _, protocol = await asyncio.wait_for(
-                    loop.create_connection(lambda: _ClientProtocol(self), self.host, self.port),
-                    self.connect_timeout,
-                )
+                async with asyncio.timeout(self.connect_timeout):
+                    _, protocol = await loop.create_connection(
+                        lambda: _ClientProtocol(self), self.host, self.port
+                    )
             except (OSError, TimeoutError) as exc:
                 raise NetworkError(f"cannot connect to {self.address}: {exc}") from None
             self._protocol = protocol
@@ -184,7 +184,11 @@ class WireClient:
         self._pending[cid] = (api.key, future)
         protocol.transport.write(encode_frame(encode_request(api.key, version, cid, body)))
         try:
-            return await asyncio.wait_for(future, timeout or self.request_timeout)
+            # not asyncio.wait_for: before Python 3.12 it returns the answer, and drops the
+            # cancellation, when both arrive in the same turn of the loop, and a task
+            # stopped that way (a log tailer told to stop) goes on forever
+            async with asyncio.timeout(timeout or self.request_timeout):
+                return await future
         except TimeoutError:
             raise RequestTimedOut(
                 f"{api.name} to {self.address} got no answer in {timeout or self.request_timeout}s"
