@@ -75,6 +75,8 @@ BATCHES_LOG = "_batches"
 #: Connect's name for the partition count of topics a source creates by writing to them
 TOPIC_CREATION_PARTITIONS = "topic.creation.default.partitions"
 RETENTION_CHECK_INTERVAL = "retention.check.interval.ms"
+#: whether a worker starts its Spark session when it starts (herder's name; default true)
+SPARK_WARMUP = "dataplane.spark.warmup"
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000
 BATCH_MAX_RECORDS = "batch.max.records"
 BATCH_MAX_MS = "batch.max.ms"
@@ -95,7 +97,9 @@ class TaskExecutions:
         self.storage = Storage(config.storage_root)
         self.spark = spark_runtime(config.spark_properties())
         # a JVM takes seconds to start: start it now, not when the first task needs it
-        threading.Thread(target=self._warm_up, name="herder-spark-warmup", daemon=True).start()
+        # (unless told not to: a worker whose tasks may never run a job saves the JVM)
+        if config.originals.get(SPARK_WARMUP, "true").strip().lower() != "false":
+            threading.Thread(target=self._warm_up, name="herder-spark-warmup", daemon=True).start()
         self.retention_interval_ms = _int(
             config.originals, RETENTION_CHECK_INTERVAL, DEFAULT_RETENTION_CHECK_INTERVAL_MS
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -101,11 +101,16 @@ class DaemonThreadPool(Executor):
             self._jobs.put(None)
 
 
-class SharedExecutor(Executor):
+class SharedExecutor(ThreadPoolExecutor):
     """Lends ``pool`` to an event loop as its default executor without letting the
-    loop's teardown (``asyncio.run`` shuts its default executor down) shut it for all."""
+    loop's teardown (``asyncio.run`` shuts its default executor down) shut it for all.
+
+    A ThreadPoolExecutor only in name, because asyncio accepts no other kind as a
+    default executor: it starts no thread of its own, every call goes to ``pool``.
+    """
 
     def __init__(self, pool: Executor) -> None:
+        super().__init__(max_workers=1)
         self._pool = pool
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:

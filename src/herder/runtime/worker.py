@@ -261,7 +261,8 @@ class Worker:
         deadline_ms = self.connector_call_timeout_ms if timeout_ms is None else timeout_ms
         future = asyncio.wrap_future(self._calls.submit(fn, *args))
         try:
-            return await asyncio.wait_for(asyncio.shield(future), deadline_ms / 1000)
+            async with asyncio.timeout(deadline_ms / 1000):
+                return await asyncio.shield(future)
         except TimeoutError:
             call = f"{what} of connector {name}"
             log.warning(
