@@ -159,15 +159,21 @@ def test_sigterm_stops_a_worker_whose_tasks_never_return_from_poll(workers: Work
     assert "Traceback" not in output, output[-4000:]
 
 
-@pytest.mark.timeout(420)
-def test_connector_churn_on_three_workers_runs_each_task_once(workers: Workers) -> None:
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    "operations",
+    [pytest.param(60, id="a-minute"), pytest.param(300, id="five-minutes", marks=pytest.mark.slow)],
+)
+def test_connector_churn_on_three_workers_runs_each_task_once(
+    workers: Workers, operations: int
+) -> None:
     for _ in range(3):
         workers.start_worker()
-    rng = random.Random(20261126)
+    rng = random.Random(20261126 + operations)
     live: dict[str, int] = {}
     created = 0
-    deadline = time.monotonic() + 100
-    for _ in range(60):  # bounded in count and in time
+    deadline = time.monotonic() + 2 * operations
+    for _ in range(operations):  # bounded in count and in time
         if time.monotonic() > deadline:
             break
         action = rng.random()
