@@ -443,7 +443,17 @@ class DistributedHerder:
             member.request_rejoin()
             return
         if generation.is_leader:
-            await self._take_leader_epoch(generation)
+            try:
+                await self._take_leader_epoch(generation)
+            except HerderError as exc:
+                # a leader without its epoch could write no config: let another try
+                log.warning(
+                    "worker %s: could not take the leader's fencing epoch (%s); rejoining",
+                    self.worker_id,
+                    exc,
+                )
+                member.request_rejoin()
+                return
             if not self._still_current(generation):
                 return
         self.generation = generation
