@@ -55,6 +55,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_API = 1011
     NOT_SUPPORTED = 1012
     SERVER_STOPPING = 1013
+    TOO_MANY_CONNECTIONS = 1014
 
 
 class HerderError(Exception):
@@ -236,6 +237,12 @@ class FrameTooLarge(ProtocolError):
 
 class ConnectionClosed(RetriableError):
     code = ErrorCode.CONNECTION_CLOSED
+
+
+class TooManyConnections(RetriableError):
+    """A server refused a connection for its connection limit (``maxClientCnxns``)."""
+
+    code = ErrorCode.TOO_MANY_CONNECTIONS
 
 
 class UnknownApi(ProtocolError):

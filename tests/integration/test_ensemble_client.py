@@ -11,6 +11,7 @@ from herder.ensemble.client import EnsembleClient
 from herder.ensemble.sync_client import SyncEnsembleClient
 from herder.ensemble.tailer import LogTailer
 from herder.ensemble.txn import Record
+from herder.errors import HerderError
 from herder.wire.framing import FrameDecoder
 from tests.harness import Processes, free_port
 from tests.integration.conftest import ServerHandle, make_server
@@ -152,3 +153,30 @@ def test_an_expired_session_is_replaced(ensemble_server: ServerHandle) -> None:
             assert await client.append("renew", b"after") == 0
 
     asyncio.run(scenario())
+
+
+def test_a_client_over_the_connection_limit_is_told_which_and_gets_in_when_it_can(
+    processes: Processes, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = make_server(processes, tmp_path, maxClientCnxns=2).start()
+
+    async def scenario() -> None:
+        first = await EnsembleClient(server.bootstrap, name="first").start()
+        second = await EnsembleClient(server.bootstrap, name="second").start()
+        refused = EnsembleClient(server.bootstrap, name="third", give_up_after=1.0)
+        with pytest.raises(HerderError) as failure:
+            await refused.start()
+        assert "maxClientCnxns" in str(failure.value) and "at most 2" in str(failure.value)
+        assert any("maxClientCnxns" in r.getMessage() for r in caplog.records)
+        # it backs off and tries again: once a connection is free it gets in
+        waiting = asyncio.ensure_future(EnsembleClient(server.bootstrap, name="patient").start())
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        await first.close()
+        patient = await asyncio.wait_for(waiting, 10)
+        assert patient.session_id
+        await patient.close()
+        await second.close()
+
+    asyncio.run(scenario())
+    assert server.proc is not None and "refusing connection" in server.proc.output()

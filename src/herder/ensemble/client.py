@@ -31,6 +31,7 @@ from herder.errors import (
     NetworkError,
     RetriableError,
     SessionExpired,
+    TooManyConnections,
     UnknownSession,
 )
 from herder.wire import Api, ApiRegistry, WireClient
@@ -163,6 +164,11 @@ class EnsembleClient:
                 except SessionExpired:
                     await wire.close()
                     raise
+                except TooManyConnections as exc:
+                    last_error = exc
+                    log.warning("%s; trying again", exc)
+                    await wire.close()
+                    continue
                 except (RetriableError, OSError) as exc:
                     last_error = exc
                     log.debug("server %s:%d unavailable: %s", host, port, exc)

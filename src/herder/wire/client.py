@@ -93,6 +93,8 @@ class WireClient:
         self._protocol: _ClientProtocol | None = None
         self._pending: dict[int, tuple[int, asyncio.Future[Any]]] = {}
         self._correlation = itertools.count(1)
+        #: why the server refused this connection, if it said so
+        self._refusal: HerderError | None = None
         self._connect_lock = asyncio.Lock()
         self._closed = False
 
@@ -197,6 +199,12 @@ class WireClient:
             self._pending.pop(cid, None)
 
     def _response(self, envelope: Any) -> None:
+        if envelope.correlation_id == 0 and envelope.error_code:
+            # the server's word before it closes on us (it refused the connection)
+            self._refusal = error_from_code(
+                envelope.error_code, f"{self.address}: {envelope.error_message}"
+            )
+            return
         entry = self._pending.pop(envelope.correlation_id, None)
         if entry is None:
             return  # its request timed out and was forgotten
@@ -216,9 +224,12 @@ class WireClient:
             return
         self._protocol = None
         pending, self._pending = self._pending, {}
+        refusal, self._refusal = self._refusal, None
         for _, future in pending.values():
             if not future.done():
-                future.set_exception(ConnectionClosed(f"connection to {self.address} was lost"))
+                future.set_exception(
+                    refusal or ConnectionClosed(f"connection to {self.address} was lost")
+                )
 
     def _drop(self) -> None:
         if self._protocol is not None and self._protocol.transport is not None:

@@ -98,8 +98,14 @@ class _ServerProtocol(asyncio.Protocol):
         peername = transport.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "?"
         self._conn = Connection(next(_connection_ids), peer, _transport=transport)
-        if not self._server._admit(self._conn):
-            log.warning("refusing connection from %s: too many connections", peer)
+        refusal = self._server._admit(self._conn)
+        if refusal is not None:
+            log.warning("refusing connection from %s: %s", peer, refusal)
+            # said to the client too (correlation id 0 answers no request), so it can
+            # tell its user which limit refused it and how to raise it
+            transport.write(
+                encode_frame(encode_response(0, None, ErrorCode.TOO_MANY_CONNECTIONS, refusal))
+            )
             transport.close()
             return
 
@@ -259,16 +265,25 @@ class WireServer:
         await self._server.wait_closed()
         self._server = None
 
-    def _admit(self, conn: Connection) -> bool:
+    def _admit(self, conn: Connection) -> str | None:
+        """Take ``conn`` in, or say why not (a connection limit)."""
         if self.max_connections and len(self.connections) >= self.max_connections:
-            return False
+            return (
+                f"too many connections: server {self.name} takes at most "
+                f"{self.max_connections} in all"
+            )
         if self.max_connections_per_host:
             host = conn.peer.rpartition(":")[0]
             same = sum(1 for c in self.connections.values() if c.peer.rpartition(":")[0] == host)
             if same >= self.max_connections_per_host:
-                return False
+                return (
+                    f"too many connections: server {self.name} takes at most "
+                    f"{self.max_connections_per_host} from {host} (maxClientCnxns); raise "
+                    "maxClientCnxns in its config (0: no limit) or open fewer connections "
+                    "from that host"
+                )
         self.connections[conn.id] = conn
-        return True
+        return None
 
     def _forget(self, conn: Connection) -> None:
         self.connections.pop(conn.id, None)
