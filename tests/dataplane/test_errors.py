@@ -102,17 +102,17 @@ def test_no_retry_by_default_and_give_up_after_the_timeout() -> None:
 def _pipeline(settings: dict[str, str]) -> RecordPipeline:
     none: Any = None
     return RecordPipeline(
-        settings, connector="c", task=0, topics=none, spark=none, bootstrap="127.0.0.1:1"
+        settings, connector="c", task=0, topics=none, spark=none, coordinator=none
     )
 
 
 def test_a_polls_retriable_failure_fails_the_task_or_is_tolerated() -> None:
     settings = {"errors.retry.timeout": "100", "errors.retry.delay.max.ms": "10"}
     with pytest.raises(NotLeader):
-        asyncio.run(_pipeline(settings).poll(Flaky(10**9)))
+        asyncio.run(_pipeline(settings).poll(Flaky(10**9).run))
     tolerant = _pipeline({**settings, "errors.tolerance": "all"})
-    assert asyncio.run(tolerant.poll(Flaky(10**9))) is None
-    assert asyncio.run(tolerant.poll(Flaky(2))) == "ok"
+    assert asyncio.run(tolerant.poll(Flaky(10**9).run)) is None
+    assert asyncio.run(tolerant.poll(Flaky(2).run)) == "ok"
 
 
 def test_a_failure_reads_as_connects() -> None:

@@ -12,6 +12,7 @@ replicated pipeline test kills the ensemble leader under a running sink for that
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ def executions(tmp_path: Path) -> Iterator[TaskExecutions]:
         )
     )
     yield executions
-    executions.close()
+    asyncio.run(executions.close())
 
 
 def execution(executions: TaskExecutions, member: Member) -> SinkExecution:

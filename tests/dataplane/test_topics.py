@@ -379,6 +379,7 @@ async def test_workers_run_retention_on_their_own(
             )
         )
         try:
+            await executions.open()  # as the worker's first task does
             deadline = asyncio.get_running_loop().time() + 30
             while await topics.start_offsets("expiring") != {0: 3}:
                 assert asyncio.get_running_loop().time() < deadline, "retention never ran"
@@ -386,8 +387,9 @@ async def test_workers_run_retention_on_their_own(
         finally:
             # a worker that stops ends its passes, which would otherwise go on over the
             # shared ensemble's topics in later tests
-            executions.close()
-            assert await asyncio.to_thread(executions.join, 30), "retention did not stop"
+            async with asyncio.timeout(30):
+                await executions.close()
+            assert executions.retention_stopped, "retention did not stop"
 
 
 class _PollsOnce(SourceTask):
@@ -410,9 +412,8 @@ class _PollsOnce(SourceTask):
 async def running_source(
     ensemble: ServerHandle, storage: Storage, name: str, task: SourceTask, settings: dict[str, str]
 ) -> AsyncIterator[None]:
-    """``task`` run by a real source execution (its own thread and loop) meanwhile."""
-    import threading
-
+    """``task`` run by a real source execution (on this loop, its task's calls on a
+    thread of its own) meanwhile."""
     from herder.dataplane.execution import TaskExecutions
     from herder.runtime.protocol import ConnectorTaskId
     from herder.runtime.worker import TaskControl
@@ -426,16 +427,16 @@ async def running_source(
     )  # fmt: skip
     execution = executions(ConnectorTaskId(name, 0), task, settings, {"connector.class": "x"})
     control = TaskControl()
-    runner = threading.Thread(target=execution.run, args=(control,))
-    runner.start()
+    runner = asyncio.ensure_future(execution.execute(control))
     try:
         yield
     finally:
-        control.stopping.set()
-        await asyncio.to_thread(runner.join, 30)
+        control.stop()
+        async with asyncio.timeout(30):
+            await runner
         # its retention passes would otherwise go on over the shared ensemble's topics
-        executions.close()
-        assert await asyncio.to_thread(executions.join, 30)
+        async with asyncio.timeout(30):
+            await executions.close()
 
 
 async def wait_for_records(topics: Any, topic: str, count: int, what: str) -> dict[int, int]:

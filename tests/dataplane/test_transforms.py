@@ -420,9 +420,9 @@ def test_plugins_list_every_transform_and_predicate() -> None:
 
 
 def _task_pipeline(spark: SparkRuntime, settings: dict[str, str]) -> RecordPipeline:
-    no_topics: Any = None
+    nothing: Any = None
     return RecordPipeline(
-        settings, connector="c", task=0, topics=no_topics, spark=spark, bootstrap="127.0.0.1:1"
+        settings, connector="c", task=0, topics=nothing, spark=spark, coordinator=nothing
     )
 
 

@@ -118,7 +118,7 @@ class Execution:
         self.stubborn = stubborn
         self.never_starts = never_starts
 
-    def run(self, control: TaskControl) -> None:
+    async def execute(self, control: TaskControl) -> None:
         owner = self.owner
         with owner.lock:
             owner.live[self.task_id] += 1
@@ -129,16 +129,23 @@ class Execution:
         try:
             if self.never_starts:
                 control.doing("waiting on an ensemble request that never answers")
-                owner.release.wait()
+                await asyncio.to_thread(owner.release.wait)
                 return
+            await control.call(lambda: None)  # the task's start()
             control.started()
             if self.stubborn:
-                owner.release.wait()
+                await control.call(owner.release.wait)  # a poll() that does not return
             else:
-                control.stopping.wait()
+                while not await control.sleep(60):
+                    pass
         finally:
-            with owner.lock:
-                owner.live[self.task_id] -= 1
+            # as a real execution ends: its task's stop(), on its thread, after whatever
+            # call of the task's is still running there
+            await control.call(self.stopped)
+
+    def stopped(self) -> None:
+        with self.owner.lock:
+            self.owner.live[self.task_id] -= 1
 
 
 class HeldReads:
@@ -315,7 +322,7 @@ async def test_the_next_generation_assigning_the_same_task_runs_it_once(
 async def test_an_abandoned_execution_holds_back_the_next_start_of_its_task(
     ensemble_server: ServerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with running(ensemble_server) as h:
+    async with running(ensemble_server, **{"task.start.timeout.ms": 1000}) as h:
         offset = await h.write_connector()
         await h.herder.configs.read_to_end()
         h.executions.stubborn = True
@@ -326,6 +333,7 @@ async def test_an_abandoned_execution_holds_back_the_next_start_of_its_task(
         assert h.worker.abandoned == {T0}
         h.executions.stubborn = False
         await h.member.assign(2, h.assignment(offset, T0))
+        # held back: after task.start.timeout.ms it is FAILED, saying why
         await until(lambda: h.state(T0) == State.FAILED, what="T0 FAILED while held back")
         assert "has not ended" in h.trace(T0)
         assert h.executions.started == [T0]
@@ -340,7 +348,7 @@ async def test_an_abandoned_execution_holds_back_the_next_start_of_its_task(
 async def test_a_held_back_start_of_a_revoked_generation_is_dropped(
     ensemble_server: ServerHandle,
 ) -> None:
-    async with running(ensemble_server) as h:
+    async with running(ensemble_server, **{"task.start.timeout.ms": 1000}) as h:
         offset = await h.write_connector()
         await h.herder.configs.read_to_end()
         h.executions.stubborn = True

@@ -536,7 +536,37 @@ def test_a_request_that_cannot_finish_answers_500_naming_the_work(
 ) -> None:
     c = logs_on_failure
     url = c.start_worker(group="slow", **{"rest.request.timeout.ms": 2000})
-    create(url, "sluggish", c.config(**{"start.delay.ms": "6000"}))
-    wait_until(lambda: c.starts("sluggish") == 1, 20, what="the slow start to begin")
-    reply = send("POST", f"{url}/connectors", {"name": "waiting", "config": c.config()})
-    assert_error(reply, 500, "Request timed out", "starting")
+    # a task whose poll() takes 6 s takes as long to stop, and every rebalance stops it
+    create(url, "sluggish", c.config(**{"poll.delay.ms": "6000"}))
+    wait_until(lambda: c.starts("sluggish-0") >= 1, 20, what="the slow task to start")
+
+    def timed_out(attempt: list[int] = [0]) -> httpx.Response | None:  # noqa: B006
+        attempt[0] += 1
+        name = f"waiting{attempt[0]}"
+        reply = send("POST", f"{url}/connectors", {"name": name, "config": c.config()})
+        return reply if reply.status_code == 500 else None
+
+    reply = wait_until(timed_out, 60, interval=0.2, what="a request to time out")
+    assert isinstance(reply, httpx.Response)
+    assert_error(reply, 500, "Request timed out", "stopping the work of a revoked generation")
+
+
+def test_connector_code_that_hangs_holds_up_no_other_connector(
+    logs_on_failure: RestCluster,
+) -> None:
+    c = logs_on_failure
+    url = c.start_worker(group="hangs", **{"connector.call.timeout.ms": 3000})
+    hang = {"start.delay.ms": "600000"}
+    create(url, "hangs-in-start", c.config(**hang))
+    create(url, "hangs-in-task-configs", c.config(**{"task.configs.delay.ms": "600000"}))
+    # meanwhile the worker goes on creating, running and reconfiguring other connectors
+    create(url, "carries-on", c.config(**{"tasks.max": "2"}))
+    wait_until(lambda: states(url, "carries-on") == ("RUNNING", ["RUNNING", "RUNNING"]), 20)
+    reply = send("PUT", f"{url}/connectors/carries-on/config", c.config(**{"tasks.max": "3"}))
+    assert reply.status_code == 200, reply.text
+    wait_until(lambda: states(url, "carries-on") == ("RUNNING", ["RUNNING"] * 3), 20)
+    # and the stuck calls show in their connectors' statuses
+    for name, call in (("hangs-in-start", "start()"), ("hangs-in-task-configs", "task_configs()")):
+        wait_until(lambda n=name: states(url, n)[0] == "FAILED", 20, what=f"{name} FAILED")
+        trace = status(url, name)["connector"]["trace"]
+        assert f"{call} of connector {name} did not return within 3000 ms" in trace, trace

@@ -10,6 +10,7 @@ worker starts a Spark job (nor, with ``dataplane.spark.warmup=false``, a JVM).
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import re
 import signal
@@ -125,6 +126,24 @@ def workers(processes: Processes, tmp_path: Path) -> Workers:
     return Workers(processes, tmp_path)
 
 
+def ensemble_connections(pid: int, port: int) -> int:
+    """How many TCP connections process ``pid`` has open to 127.0.0.1:``port``."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote_port = int(fields[2].rpartition(":")[2], 16)
+        established = fields[3] == "01"
+        if established and remote_port == port and fields[9] in inodes:
+            count += 1
+    return count
+
+
 def live_executions(calls: list[tuple[str, str, int, int]]) -> Counter[tuple[str, int]]:
     """(task, pid) -> executions started and not stopped; asserts that no task ever had
     two at once in one process."""
@@ -209,5 +228,87 @@ def test_connector_churn_on_three_workers_runs_each_task_once(
 
     wait_until(settled, 30, what="exactly one execution of every RUNNING task, where shown")
     assert created >= 10
+    for proc, _ in workers.workers.values():
+        assert "Traceback" not in proc.output(), proc.output()[-6000:]
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_with_a_hundred_tasks_keeps_its_connections_and_answers_at_once(
+    workers: Workers,
+) -> None:
+    worker_id = workers.start_worker()
+    proc, url = workers.workers[worker_id]
+    sink = "tests.fixtures.rest_connectors.CountingSinkConnector"
+
+    def create_sink(name: str, tasks: int) -> None:
+        config = {
+            "connector.class": sink,
+            "tasks.max": str(tasks),
+            "topics": f"{name}-in",
+            "marker.dir": str(workers.records),
+        }
+        reply = workers.http.post(f"{url}/connectors", json={"name": name, "config": config})
+        assert reply.status_code == 201, reply.text
+
+    workers.create("few", 2)
+    create_sink("few-sink", 1)
+    expected = {"few": 2, "few-sink": 1}
+    wait_until(lambda: workers.all_running(expected), 60, what="the first tasks RUNNING")
+    port = workers.server.port
+    few = ensemble_connections(proc.pid, port)
+    for i in range(8):
+        workers.create(f"many{i}", 10, **{"poll.ms": "200"})
+        expected[f"many{i}"] = 10
+    for i in range(4):
+        create_sink(f"many-sink{i}", 5)  # each sink task is a group member of its own
+        expected[f"many-sink{i}"] = 5
+    wait_until(lambda: workers.all_running(expected), 120, what="103 tasks RUNNING")
+    many = ensemble_connections(proc.pid, port)
+    assert 0 < many <= few, f"{few} connections with 3 tasks, {many} with 103"
+    assert "too many connections" not in workers.server.proc.output()  # type: ignore[union-attr]
+
+    # with them all running, the worker answers at once, creates and reconfigures
+    quick = httpx.Client(timeout=1.0)
+    assert quick.get(f"{url}/connectors").status_code == 200
+    assert quick.get(f"{url}/connectors/many0/status").status_code == 200
+    workers.create("one-more", 2)
+    reply = workers.http.put(
+        f"{url}/connectors/many1/config",
+        json={
+            "connector.class": CONNECTOR,
+            "tasks.max": "4",
+            "topic": "nothing",
+            "record.dir": str(workers.records),
+        },
+    )
+    assert reply.status_code == 200, reply.text
+    expected.update({"one-more": 2, "many1": 4})
+    wait_until(lambda: workers.all_running(expected), 60, what="the changes carried out")
+    quick.close()
+
+
+@pytest.mark.timeout(600)
+def test_two_hundred_tasks_on_three_workers_survive_a_kill9(workers: Workers) -> None:
+    for _ in range(3):
+        workers.start_worker()
+    connectors = {f"wide{i}": 10 for i in range(20)}
+    for name, tasks in connectors.items():
+        workers.create(name, tasks, **{"poll.ms": "200"})
+    wait_until(lambda: workers.all_running(connectors), 180, what="200 tasks RUNNING")
+    victim_id = next(iter(workers.workers))
+    victim, _ = workers.workers.pop(victim_id)
+    victim.kill9()
+    survivors = set(workers.workers)
+
+    def moved() -> bool:
+        for name in connectors:
+            st = workers.status(name)
+            if st["connector"]["worker_id"] not in survivors:
+                return False
+            if any(t["state"] != "RUNNING" or t["worker_id"] not in survivors for t in st["tasks"]):
+                return False
+        return True
+
+    wait_until(moved, 120, what="every task RUNNING on the two survivors")
     for proc, _ in workers.workers.values():
         assert "Traceback" not in proc.output(), proc.output()[-6000:]

@@ -74,6 +74,77 @@ class Generation:
 AssignFn = Callable[[str, str, Mapping[str, bytes]], Mapping[str, bytes]]
 
 
+class CoordinatorConnections:
+    """A process's connections to the group coordinator, shared by all its members.
+
+    A worker has one group member per sink task besides its own: each keeps its own
+    member id, generation and heartbeats, but their requests share one connection per
+    server (the wire is pipelined and answers out of order), so the connections a
+    worker holds do not grow with its tasks and stay under the ensemble's
+    ``maxClientCnxns``. FindCoordinator goes to any server over the same connections.
+    """
+
+    def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30_000) -> None:
+        self.servers = parse_bootstrap(bootstrap)
+        self.request_timeout_ms = request_timeout_ms
+        self._registry = ApiRegistry(apis.COORDINATOR_APIS)
+        self._wires: dict[tuple[str, int], WireClient] = {}
+
+    async def _wire(self, host: str, port: int) -> WireClient:
+        wire = self._wires.get((host, port))
+        if wire is None:
+            wire = WireClient(
+                host,
+                port,
+                self._registry,
+                connect_timeout=3,
+                request_timeout=self.request_timeout_ms / 1000,
+            )
+            self._wires[(host, port)] = wire
+        if not wire.connected:
+            await wire.connect()
+        return wire
+
+    async def coordinator(self, key: str, what: str = "") -> WireClient:
+        """A connection to the coordinator of ``key``, found by asking any server."""
+        last: Exception | None = None
+        for host, port in random.sample(self.servers, len(self.servers)):
+            try:
+                probe = await self._wire(host, port)
+                found = await probe.request(
+                    apis.FIND_COORDINATOR, apis.FindCoordinatorRequest(key=key), timeout=5
+                )
+            except (HerderError, OSError) as exc:
+                last = exc
+                continue
+            if found.error_code != ErrorCode.NONE:
+                last = CoordinatorNotAvailable(found.error_message or "no coordinator")
+                continue
+            return await self._wire(found.host, found.port)
+        raise CoordinatorNotAvailable(
+            f"no group coordinator reachable for {what or repr(key)}: {last}"
+        )
+
+    async def forget(self, wire: WireClient) -> None:
+        """A member is done with ``wire`` after an error: closed and replaced if it is
+        no longer connected; left to the others if it is (it may just lead elsewhere)."""
+        if not wire.connected:
+            for address, known in list(self._wires.items()):
+                if known is wire:
+                    del self._wires[address]
+            await wire.close()
+
+    @property
+    def open(self) -> int:
+        """Connections open now."""
+        return sum(1 for wire in self._wires.values() if wire.connected)
+
+    async def close(self) -> None:
+        wires, self._wires = list(self._wires.values()), {}
+        for wire in wires:
+            await wire.close()
+
+
 class GroupMember:
     """Keeps a membership of ``group_id`` alive until :meth:`close`."""
 
@@ -94,6 +165,7 @@ class GroupMember:
         client_id: str = "herder",
         retry_backoff_ms: int = 100,
         request_timeout_ms: int = 30_000,
+        connections: CoordinatorConnections | None = None,
     ) -> None:
         self.servers = parse_bootstrap(bootstrap)
         self.group_id = group_id
@@ -113,7 +185,10 @@ class GroupMember:
         #: the generation this member holds an assignment for (None while rebalancing)
         self.generation: Generation | None = None
         self.failure: HerderError | None = None
-        self._registry = ApiRegistry(apis.COORDINATOR_APIS)
+        self._owns_connections = connections is None
+        self._connections = connections or CoordinatorConnections(
+            bootstrap, request_timeout_ms=request_timeout_ms
+        )
         self._coordinator: WireClient | None = None
         self._rejoin = asyncio.Event()
         self._rejoin.set()
@@ -193,8 +268,9 @@ class GroupMember:
                     timeout=5,
                 )
                 log.info("member %s left group %s", self.member_id, self.group_id)
-        if self._coordinator is not None:
-            await self._coordinator.close()
+        self._coordinator = None
+        if self._owns_connections:
+            await self._connections.close()
 
     # -- the membership loop --------------------------------------------------------
 
@@ -361,37 +437,14 @@ class GroupMember:
     async def _drop_coordinator(self) -> None:
         wire, self._coordinator = self._coordinator, None
         if wire is not None:
-            await wire.close()
+            await self._connections.forget(wire)
 
     async def _find_coordinator(self) -> WireClient:
         if self._coordinator is not None and self._coordinator.connected:
             return self._coordinator
-        last: Exception | None = None
-        for host, port in random.sample(self.servers, len(self.servers)):
-            probe = WireClient(host, port, self._registry, connect_timeout=3, request_timeout=5)
-            try:
-                found = await probe.request(
-                    apis.FIND_COORDINATOR, apis.FindCoordinatorRequest(key=self.group_id)
-                )
-            except (HerderError, OSError) as exc:
-                last = exc
-                continue
-            finally:
-                await probe.close()
-            if found.error_code != ErrorCode.NONE:
-                last = CoordinatorNotAvailable(found.error_message or "no coordinator")
-                continue
-            wire = WireClient(
-                found.host,
-                found.port,
-                self._registry,
-                request_timeout=self.request_timeout_ms / 1000,
-            )
-            await wire.connect()
-            self._coordinator = wire
-            return wire
         what = f"group {self.group_id}" if self.group_id else "administrative requests"
-        raise CoordinatorNotAvailable(f"no group coordinator reachable for {what}: {last}")
+        self._coordinator = await self._connections.coordinator(self.group_id, what)
+        return self._coordinator
 
     async def _send(self, api: Api[Any, Resp], body: msgspec.Struct, timeout: float) -> Resp:
         wire = await self._find_coordinator()
@@ -460,7 +513,9 @@ class GroupMember:
 class CoordinatorClient:
     """Administrative requests to the coordinator: list, describe, delete groups, fencing."""
 
-    def __init__(self, bootstrap: str | Sequence[str]) -> None:
+    def __init__(
+        self, bootstrap: str | Sequence[str], *, connections: CoordinatorConnections | None = None
+    ) -> None:
         self._member = GroupMember(
             bootstrap,
             "",
@@ -468,6 +523,7 @@ class CoordinatorClient:
             protocols=list,
             assign=lambda *_: {},
             on_assigned=_nothing,
+            connections=connections,
         )
 
     async def request(self, api: Api[Any, Resp], body: msgspec.Struct) -> Resp:

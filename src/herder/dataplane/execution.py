@@ -1,8 +1,11 @@
 """How a running task moves data: the source and sink loops on Spark.
 
-Each task runs on its own thread with its own event loop, ensemble session and
-coordinator connection, so a slow connector never holds up another, and its fencing
-epoch and idempotent writes are its own.
+Every task's loop runs on the worker's event loop over the worker's shared ensemble
+session and coordinator connections (so a worker's connections do not grow with its
+tasks), and every call into the task's own code (``start``, ``poll``, ``put``,
+``commit``, ``stop``) runs on the task's own thread, so a slow connector never holds up
+another; Spark jobs run on the Spark runtime's pool. A task's fencing epoch is its own,
+and its writes, multiplexed on the shared session, are each idempotent.
 
 Source loop: take a fencing epoch for this incarnation (which fences every older one),
 read the task's committed source offsets linearizably, then repeatedly poll a batch
@@ -20,6 +23,7 @@ lost its partitions cannot commit over their new owner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -41,7 +45,12 @@ from herder.connect import (
 )
 from herder.connect.source import OffsetReader
 from herder.coordinator.apis import fencing_op
-from herder.coordinator.client import CoordinatorClient, Generation, GroupMember
+from herder.coordinator.client import (
+    CoordinatorClient,
+    CoordinatorConnections,
+    Generation,
+    GroupMember,
+)
 from herder.coordinator.offsets import TopicPartition as GroupPartition
 from herder.dataplane.fencing import connector_fence_id, current_epoch, task_fence_id
 from herder.dataplane.metadata import PartitionState
@@ -52,7 +61,8 @@ from herder.dataplane.topics import Topics, TxnRefused
 from herder.dataplane.transforms.pipeline import RecordPipeline, validate_record_handling
 from herder.dataplane.writer import SegmentWriter
 from herder.ensemble.client import EnsembleClient
-from herder.ensemble.txn import Append, CheckKeyValue, Op
+from herder.ensemble.tailer import LogTailer
+from herder.ensemble.txn import Append, CheckKeyValue, Op, Record
 from herder.errors import (
     ConfigError,
     ErrorCode,
@@ -65,7 +75,6 @@ from herder.errors import (
 )
 from herder.runtime.protocol import ConnectorTaskId
 from herder.runtime.stores import OffsetStore
-from herder.runtime.threads import SharedExecutor, blocking_calls
 from herder.runtime.worker import TaskControl
 from herder.runtime.worker_config import WorkerConfig
 
@@ -88,7 +97,14 @@ DEFAULT_SINK_MAX_RECORDS = 2_000_000
 
 
 class TaskExecutions:
-    """The worker's execution factory: a source or sink loop for each task."""
+    """The worker's execution factory: a source or sink loop for each task.
+
+    Every execution of a worker runs on the worker's event loop and shares its
+    connections: one ensemble session (every task's reads and transactions are
+    multiplexed over it, each still idempotent), the connections to the group
+    coordinator (each sink task is still a group member of its own over them), and one
+    reader of the source offsets. They are opened on first use, on the worker's loop.
+    """
 
     def __init__(self, config: WorkerConfig) -> None:
         if not config.storage_root:
@@ -103,37 +119,61 @@ class TaskExecutions:
         self.retention_interval_ms = _int(
             config.originals, RETENTION_CHECK_INTERVAL, DEFAULT_RETENTION_CHECK_INTERVAL_MS
         )
-        self._closed = threading.Event()
-        self._retention = threading.Thread(
-            target=lambda: asyncio.run(self._enforce_retention()),
-            name="herder-retention",
-            daemon=True,
-        )
-        self._retention.start()
+        self.client = EnsembleClient(config.bootstrap, name="herder-tasks")
+        self.connections = CoordinatorConnections(config.bootstrap)
+        self.coordinator = CoordinatorClient(config.bootstrap, connections=self.connections)
+        self.offsets = OffsetStore(self.client, config.offset_log)
+        self.batches = _BatchMarkers(self.client)
+        self._opened: asyncio.Task[None] | None = None
+        self._retention: asyncio.Task[None] | None = None
+        self._closed = False
 
-    def close(self) -> None:
-        """Stop the retention passes: at once between two, after it otherwise. Does not
-        wait (the worker calls this on its event loop when it stops): see :meth:`join`."""
-        self._closed.set()
+    async def open(self) -> None:
+        """Open the shared session and start following the source offsets (once)."""
+        if self._closed:
+            raise HerderError("the worker's task executions are closed")
+        if self._opened is None or (self._opened.done() and self._opened.exception()):
+            self._opened = asyncio.ensure_future(self._open())
+        await asyncio.shield(self._opened)
 
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait (blocking) until the retention passes have stopped; whether they have."""
-        self._retention.join(timeout)
-        return not self._retention.is_alive()
+    async def _open(self) -> None:
+        await self.client.start()
+        await self.client.create_log(BATCHES_LOG, compacted=True, if_absent=True)
+        await self.offsets.start()
+        await self.batches.start()
+        if self._retention is None:
+            self._retention = asyncio.ensure_future(self._enforce_retention())
+
+    async def close(self) -> None:
+        """Stop the retention passes and close the shared connections (the worker's
+        tasks have stopped by now)."""
+        self._closed = True
+        for task in (self._retention, self._opened):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._opened is not None:
+            await self.batches.stop()
+            await self.offsets.stop()
+            await self.coordinator.close()
+            await self.connections.close()
+            await self.client.close()
+
+    @property
+    def retention_stopped(self) -> bool:
+        """Whether the retention passes are over (they end at :meth:`close`)."""
+        return self._retention is None or self._retention.done()
 
     async def _enforce_retention(self) -> None:
         """Every interval, one retention pass over every topic (Kafka's log cleaner
         schedule), until :meth:`close`. Every worker runs it; the topic layer makes
         concurrent passes safe."""
-        client = EnsembleClient(self.config.bootstrap, name="herder-retention")
-        topics = Topics(client, self.storage)
-        started = False
+        topics = Topics(self.client, self.storage)
         interval = self.retention_interval_ms / 1000
-        while not await asyncio.to_thread(self._closed.wait, interval):
+        while True:
+            await asyncio.sleep(interval)
             try:
-                if not started:
-                    await client.start()
-                    started = True
                 for topic in await topics.list_topics():
                     report = await topics.enforce_retention(topic.name)
                     if report.retired or report.purged:
@@ -145,8 +185,6 @@ class TaskExecutions:
                         )
             except Exception:
                 log.exception("retention pass failed; retrying at the next interval")
-        if started:
-            await client.close()
 
     def validate_config(self, config: Mapping[str, str]) -> list[str]:
         """Problems with a connector config's transforms and errors.* keys, for the herder
@@ -185,6 +223,30 @@ def _int(settings: Mapping[str, str], key: str, default: int) -> int:
     return value
 
 
+class _BatchMarkers:
+    """The last committed batch marker of every source task, followed from ``_batches``
+    once per worker rather than read whole by each task that starts."""
+
+    def __init__(self, client: EnsembleClient) -> None:
+        self._latest: dict[bytes, bytes | None] = {}
+        self._tailer = LogTailer(client, BATCHES_LOG, self._on_record)
+
+    def _on_record(self, record: Record) -> None:
+        if record.key is not None:
+            self._latest[record.key] = record.value
+
+    async def start(self) -> None:
+        await self._tailer.start()
+
+    async def stop(self) -> None:
+        await self._tailer.stop()
+
+    async def last(self, key: bytes) -> bytes | None:
+        """``key``'s marker as committed before this call (a linearizable read)."""
+        await self._tailer.read_to_end()
+        return self._latest.get(key)
+
+
 class _Execution(ABC):
     def __init__(
         self,
@@ -200,7 +262,7 @@ class _Execution(ABC):
         self.config = config
         self.settings = settings
         self.name = f"{task_id.connector}-{task_id.task}"
-        self.client = EnsembleClient(runtime.config.bootstrap, name=f"task-{self.name}")
+        self.client = runtime.client
         self.topics = Topics(
             self.client,
             runtime.storage,
@@ -214,34 +276,18 @@ class _Execution(ABC):
             task=task_id.task,
             topics=self.topics,
             spark=runtime.spark,
-            bootstrap=runtime.config.bootstrap,
+            coordinator=runtime.coordinator,
             pool=self.name,
         )
 
-    def run(self, control: TaskControl) -> None:
-        asyncio.run(self._main(control))
-
-    async def _main(self, control: TaskControl) -> None:
-        # the task's blocking calls (poll, put, Spark jobs) on daemon threads: one that
-        # never returns must not keep the worker's process alive once it is told to stop
-        asyncio.get_running_loop().set_default_executor(SharedExecutor(blocking_calls()))
+    async def execute(self, control: TaskControl) -> None:
         control.doing("connecting to the ensemble")
-        await self.client.start()
-        try:
-            await self._execute(control)
-        finally:
-            await self.client.close()
+        await self.runtime.open()
+        await self._execute(control)
 
     @abstractmethod
     async def _execute(self, control: TaskControl) -> None:
         """The task's loop, until ``control.stopping`` is set."""
-
-    @staticmethod
-    async def _idle(control: TaskControl) -> bool:
-        """Wait while paused; True once the task should stop."""
-        while control.paused.is_set() and not control.stopping.is_set():
-            await asyncio.sleep(0.05)
-        return control.stopping.is_set()
 
 
 class _Offsets(OffsetReader):
@@ -278,21 +324,16 @@ class SourceExecution(_Execution):
     async def _execute(self, control: TaskControl) -> None:
         connector = self.task_id.connector
         control.doing("taking its fencing epoch")
-        coordinator = CoordinatorClient(self.runtime.config.bootstrap)
-        try:
-            epoch = await coordinator.init_fencing(task_fence_id(connector, self.task_id.task))
-        finally:
-            await coordinator.close()
+        coordinator = self.runtime.coordinator
+        epoch = await coordinator.init_fencing(task_fence_id(connector, self.task_id.task))
         control.doing("reading its connector's fencing epoch")
         connector_epoch = await current_epoch(self.client, connector_fence_id(connector))
-        await self.client.create_log(BATCHES_LOG, compacted=True, if_absent=True)
         control.doing("reading its committed source offsets")
-        offsets = OffsetStore(self.client, self.runtime.config.offset_log)
-        await offsets.start()  # a linearizable read, after our epoch fenced older tasks
-        await offsets.stop()
+        offsets = self.runtime.offsets
+        await offsets.read_to_end()  # linearizable, after our epoch fenced older tasks
         self.task.initialize(_SourceContext(self.config, _Offsets(offsets, connector)))
         control.doing("in its start()")
-        await asyncio.to_thread(self.task.start, dict(self.config))
+        await control.call(self.task.start, dict(self.config))
         control.started()
         writer = SegmentWriter(self.topics, self.runtime.spark, task=self.name, epoch=epoch)
         await writer.reap()
@@ -306,7 +347,7 @@ class SourceExecution(_Execution):
         max_ms = _int(self.settings, BATCH_MAX_MS, DEFAULT_BATCH_MAX_MS)
         log.info("source task %s running with fencing epoch %d", self.name, epoch)
         try:
-            while not await self._idle(control):
+            while not await control.wait_while_paused():
                 batch = await self._gather(control, max_records, max_ms)
                 if batch is None:
                     continue
@@ -321,7 +362,7 @@ class SourceExecution(_Execution):
                 began = time.monotonic()
                 data, topic = await self.pipeline.before_write(batch)
                 staged = await writer.stage(data, topic)
-                if not await self._checked(batch, staged, writer):
+                if not await self._checked(control, batch, staged, writer):
                     continue
                 staged_at = time.monotonic()
                 try:
@@ -353,22 +394,29 @@ class SourceExecution(_Execution):
                     staged_at - began,
                     time.monotonic() - staged_at,
                 )
-                if isinstance(batch, list):
-                    for record in batch:
-                        self.task.commit_record(record)
-                await asyncio.to_thread(self.task.commit)
+                await control.call(self._committed, batch)
         finally:
-            await asyncio.to_thread(self.task.stop)
+            await control.call(self.task.stop)
+
+    def _committed(self, batch: list[SourceRecord] | SourceBatch) -> None:
+        if isinstance(batch, list):
+            for record in batch:
+                self.task.commit_record(record)
+        self.task.commit()
 
     async def _checked(
-        self, batch: list[SourceRecord] | SourceBatch, staged: StagedBatch, writer: SegmentWriter
+        self,
+        control: TaskControl,
+        batch: list[SourceRecord] | SourceBatch,
+        staged: StagedBatch,
+        writer: SegmentWriter,
     ) -> bool:
         """Whether a written batch may commit: a SourceBatch's ``check`` passes (or it has
         none). One that fails for now is discarded, and the task polled again."""
         if not isinstance(batch, SourceBatch) or batch.check is None:
             return True
         try:
-            await asyncio.to_thread(batch.check)
+            await control.call(batch.check)
         except RetriableError as exc:
             await writer.discard(staged)
             log.info(
@@ -382,16 +430,7 @@ class SourceExecution(_Execution):
         return True
 
     async def _last_batch(self, key: bytes) -> bytes | None:
-        value: bytes | None = None
-        position = 0
-        while True:
-            reply = await self.client.read(BATCHES_LOG, position, max_records=5_000)
-            for record in reply.records:
-                if record.key == key:
-                    value = record.value
-            position = reply.next_offset
-            if position >= reply.end_offset:
-                return value
+        return await self.runtime.batches.last(key)
 
     async def _gather(
         self, control: TaskControl, max_records: int, max_ms: int
@@ -405,7 +444,7 @@ class SourceExecution(_Execution):
         records: list[SourceRecord] = []
         deadline = time.monotonic() + max_ms / 1000
         while not control.stopping.is_set() and not control.paused.is_set():
-            polled = await self.pipeline.poll(self.task.poll)
+            polled = await self.pipeline.poll(lambda: control.call(self.task.poll))
             if isinstance(polled, SourceBatch):
                 if records:
                     raise HerderError(f"task {self.name} mixed SourceRecords and a SourceBatch")
@@ -499,14 +538,17 @@ class SinkExecution(_Execution):
         self._rebalanced = asyncio.Event()
         self._task_lock = asyncio.Lock()
         self.context = _SinkContext(self)
+        #: where the task's code runs (the worker's, from the start of the execution)
+        self.control = TaskControl(f"task-{self.name}")
 
     async def _execute(self, control: TaskControl) -> None:
         topics = _topics_of(self.settings)
         if not topics:
             raise ConfigError(f"sink connector {self.task_id.connector} names no topics")
+        self.control = control
         self.task.initialize(self.context)
         control.doing("in its start()")
-        await asyncio.to_thread(self.task.start, dict(self.config))
+        await control.call(self.task.start, dict(self.config))
         control.started()
         control.doing("joining its connector's group")
         for topic in topics:
@@ -523,6 +565,7 @@ class SinkExecution(_Execution):
             heartbeat_interval_ms=self.runtime.config.heartbeat_interval_ms,
             rebalance_timeout_ms=self.runtime.config.rebalance_timeout_ms,
             client_id=f"task-{self.name}",
+            connections=self.runtime.connections,
         )
         self.member = member
         self._partition_counts = {t: (await self.topics.get(t)).partitions for t in topics}
@@ -530,7 +573,7 @@ class SinkExecution(_Execution):
         max_records = _int(self.settings, SINK_MAX_RECORDS, DEFAULT_SINK_MAX_RECORDS)
         try:
             control.doing("running")
-            while not await self._idle(control):
+            while not await control.wait_while_paused():
                 if member.failure is not None:
                     raise member.failure
                 marks = self.topics.commit_marks(topics)
@@ -541,8 +584,8 @@ class SinkExecution(_Execution):
                     await self.topics.wait_for_commit(marks, SINK_POLL_MS / 1000)
         finally:
             await member.close(leave=True)
-            await asyncio.to_thread(self.task.close, list(self.positions))
-            await asyncio.to_thread(self.task.stop)
+            await control.call(self.task.close, list(self.positions))
+            await control.call(self.task.stop)
 
     def _assign_partitions(
         self, leader: str, protocol: str, members: Mapping[str, bytes]
@@ -577,7 +620,7 @@ class SinkExecution(_Execution):
             TopicPartition(gp.topic, gp.partition): value for gp, value in fetched.items()
         }
         self.positions = {tp: self.committed.get(tp, (0, ""))[0] for tp in partitions}
-        await asyncio.to_thread(self.task.open, partitions)
+        await self.control.call(self.task.open, partitions)
         for tp, offset in self.context.rewinds.items():
             if tp in self.positions:
                 self.positions[tp] = offset
@@ -605,7 +648,7 @@ class SinkExecution(_Execution):
             except HerderError as exc:
                 log.info("sink task %s: commit before rebalance refused: %s", self.name, exc)
         if self.positions:
-            await asyncio.to_thread(self.task.close, list(self.positions))
+            await self.control.call(self.task.close, list(self.positions))
         self.positions = {}
         self._generation = None
         self._uncommitted = False
@@ -679,7 +722,7 @@ class SinkExecution(_Execution):
 
         self.context.ranges = offset_ranges
         try:
-            await asyncio.to_thread(put)
+            await self.control.call(put)
         finally:
             self.context.ranges = None
 
@@ -714,7 +757,7 @@ class SinkExecution(_Execution):
         return True
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
-        safe = await asyncio.to_thread(self.task.pre_commit, offsets)
+        safe = await self.control.call(self.task.pre_commit, offsets)
         if not safe:
             return
         commits = {

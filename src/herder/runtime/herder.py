@@ -28,7 +28,12 @@ import httpx
 
 from herder.connect import ConnectorType
 from herder.coordinator.apis import fencing_op
-from herder.coordinator.client import CoordinatorClient, Generation, GroupMember
+from herder.coordinator.client import (
+    CoordinatorClient,
+    CoordinatorConnections,
+    Generation,
+    GroupMember,
+)
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.txn import Op
 from herder.errors import CheckFailed, ConfigError, HerderError, RebalanceInProgress, ServerStopping
@@ -70,7 +75,7 @@ from herder.runtime.rules import (
 from herder.runtime.status import State
 from herder.runtime.stores import ConfigStore, OffsetStore, StatusStore
 from herder.runtime.validation import ConfigInfos
-from herder.runtime.worker import ExecutionFactory, Worker
+from herder.runtime.worker import ConnectorCallTimeout, ExecutionFactory, Worker
 from herder.runtime.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -116,6 +121,10 @@ class NotFound(HerderError):
 
 class AlreadyExists(HerderError):
     """A connector of that name already exists (REST 409)."""
+
+
+class ConfigChanged(HerderError):
+    """The connector's config changed under a request that depended on it (REST 409)."""
 
 
 _Request = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any]"]
@@ -167,7 +176,9 @@ class DistributedHerder:
         )
         self.offsets = OffsetStore(self.client, config.offset_log)
         self.statuses = StatusStore(self.client, config.status_log)
-        self.coordinator = CoordinatorClient(config.bootstrap)
+        #: one set of coordinator connections for the herder's membership and requests
+        self.connections = CoordinatorConnections(config.bootstrap)
+        self.coordinator = CoordinatorClient(config.bootstrap, connections=self.connections)
         self.worker = Worker(
             self.worker_id,
             plugins,
@@ -196,6 +207,10 @@ class DistributedHerder:
         #: connectors restarted for a new config: their task configs are written even
         #: if they come out equal, so their tasks restart with it (KAFKA-9228)
         self._reconfigured: set[str] = set()
+        #: connector code the herder has set going and does not wait for (connector
+        #: starts, task config generation): the loop goes on meanwhile, as Connect's
+        #: herder has since KAFKA-9374
+        self._calls: set[asyncio.Task[Any]] = set()
         self._config_dirty = False
         self._reconfigure = ReconfigurationSchedule()
         self._leader_epoch: tuple[int, int] | None = None  # (generation, epoch)
@@ -231,6 +246,7 @@ class DistributedHerder:
             rebalance_timeout_ms=self.config.rebalance_timeout_ms,
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
             client_id=self.worker_id,
+            connections=self.connections,
         )
         await self.member.start()
         self._loop_task = asyncio.create_task(self._run(), name=f"herder-{self.worker_id}")
@@ -246,6 +262,8 @@ class DistributedHerder:
         self._wake.set()
         if self._loop_task is not None:
             self._loop_task.cancel()
+        for call in list(self._calls):
+            call.cancel()
         async with self._work_lock:
             await self.worker.stop_all()
         for done in self._revocations:
@@ -259,9 +277,10 @@ class DistributedHerder:
         for store in (self.configs, self.offsets, self.statuses):
             await store.stop()
         await self.coordinator.close()
+        await self.connections.close()
         await self.client.close()
         await self._http.aclose()
-        self.worker.close()
+        await self.worker.close()
         log.info("worker %s stopped", self.worker_id)
 
     # -- group membership callbacks ---------------------------------------------------
@@ -404,8 +423,8 @@ class DistributedHerder:
                 with self._doing(f"restarting connector {restart.connector}"):
                     await self._carry_out_restart(restart)
         for name in self._reconfigure.due(_now_ms()):
-            with self._doing(f"generating the task configs of connector {name}"):
-                await self._reconfigure_tasks(name)
+            self._reconfigure.begin(name)
+            self._in_background(self._reconfigure_tasks(name))
         while (request := self._requests.pop_due(_now_ms())) is not None:
             action, future = request
             if future.done():  # its caller gave up waiting
@@ -498,15 +517,31 @@ class DistributedHerder:
         await asyncio.sleep(cfg.worker_unsync_backoff_ms / 1000)
         return False
 
+    def _in_background(self, work: Awaitable[T]) -> asyncio.Task[T]:
+        """Run ``work`` (which waits on connector code) beside the herder loop."""
+        task: asyncio.Task[T] = asyncio.ensure_future(work)
+        self._calls.add(task)
+
+        def done(finished: asyncio.Task[T]) -> None:
+            self._calls.discard(finished)
+            self._wake.set()  # what it finished may be due for the loop (a retry)
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error(
+                    "worker %s: %s failed",
+                    self.worker_id,
+                    finished.get_coro(),
+                    exc_info=finished.exception(),
+                )
+
+        task.add_done_callback(done)
+        return task
+
     async def _start_work(self, snapshot: ClusterConfigSnapshot, assignment: Assignment) -> None:
-        starts: list[Awaitable[Any]] = []
         for name in assignment.connectors:
             config = snapshot.connector_config(name)
             if config is not None:
-                starts.append(self._start_connector(name, config, snapshot))
-        for task_id in assignment.tasks:
-            starts.append(self._start_task(task_id, snapshot))
-        await asyncio.gather(*starts)
+                self._in_background(self._start_connector(name, config, snapshot))
+        await asyncio.gather(*(self._start_task(t, snapshot) for t in assignment.tasks))
 
     async def _start_connector(
         self, name: str, config: dict[str, str], snapshot: ClusterConfigSnapshot
@@ -559,17 +594,20 @@ class DistributedHerder:
                 await self.worker.stop_connector(name)
                 if config is not None:
                     self._reconfigured.add(name)
-                    await self._start_connector(name, config, new)
+                    self._in_background(self._start_connector(name, config, new))
             for name in diff.target_states_changed:
                 target = new.target_state(name) or TargetState.STARTED
                 if name in mine:
-                    await self.worker.set_connector_target(name, target)
-                    if target is TargetState.STARTED:
-                        self._request_reconfiguration(name)
+                    self._in_background(self._retarget(name, target))
                 for task_id in assignment.tasks:
                     if task_id.connector == name:
                         await self.worker.set_task_target(task_id, target)
             self._applied = new
+
+    async def _retarget(self, name: str, target: TargetState) -> None:
+        await self.worker.set_connector_target(name, target)
+        if target is TargetState.STARTED:
+            self._request_reconfiguration(name)
 
     async def _destroy(self, name: str) -> None:
         """A deleted connector: stop it and its tasks here, and tombstone their statuses."""
@@ -590,7 +628,14 @@ class DistributedHerder:
             return
         try:
             max_tasks = int(config.get("tasks.max", "1"))
-            wanted = await self.worker.task_configs(name, max_tasks)
+            try:
+                wanted = await self.worker.task_configs(name, max_tasks)
+            except ConnectorCallTimeout as exc:
+                # stuck: FAILED, with the call that hangs, until the user restarts it
+                self._reconfigure.succeeded(name)
+                await self.worker.connector_failed(name, exc)
+                return
+            snapshot = self.configs.snapshot()
             if (
                 wanted != snapshot.task_configs(name)
                 or name in snapshot.inconsistent
@@ -723,13 +768,15 @@ class DistributedHerder:
         transaction, so it never runs, even briefly, in a state it was not created in.
         """
 
+        # connector code, with its deadline, before the herder loop takes the request
+        await self.validate_connector_config(config)
+
         async def action() -> tuple[bool, dict[str, Any]]:
             self._require_leader()
             await self.configs.read_to_end()
             exists = name in self.configs.snapshot()
             if exists and not allow_replace:
                 raise AlreadyExists(f"Connector {name} already exists")
-            self.validate_connector_config(config)
             records: list[ConfigRecord] = []
             if initial_state is not None and not exists:
                 records.append(target_state_record(name, initial_state))
@@ -745,29 +792,51 @@ class DistributedHerder:
     ) -> dict[str, Any]:
         """Merge ``patch`` into the connector's config (None removes a key); leader only."""
 
-        async def action() -> dict[str, Any]:
-            self._require_leader()
-            await self.configs.read_to_end()
-            current = self.configs.snapshot().connector_config(name)
-            if current is None:
-                raise NotFound(f"Connector {name} not found")
+        def merge(current: dict[str, str]) -> dict[str, str]:
             merged = {**current, **{k: v for k, v in patch.items() if v is not None}}
             for key, value in patch.items():
                 if value is None:
                     merged.pop(key, None)
             merged["name"] = name
-            self.validate_connector_config(merged)
-            await self._write_configs([connector_config_record(name, merged)])
+            return merged
+
+        async def current() -> dict[str, str]:
+            self._require_leader()
+            await self.configs.read_to_end()
+            config = self.configs.snapshot().connector_config(name)
+            if config is None:
+                raise NotFound(f"Connector {name} not found")
+            return config
+
+        base = await self.submit(current)
+        # connector code, with its deadline, outside the herder loop; the write then
+        # goes through only if the config is still the one merged with
+        await self.validate_connector_config(merge(base))
+
+        async def action() -> dict[str, Any]:
+            if await current() != base:
+                raise ConfigChanged(
+                    f"Connector {name}'s config changed while the patch was validated; "
+                    "send the patch again"
+                )
+            await self._write_configs([connector_config_record(name, merge(base))])
             await self.configs.read_to_end()
             return self.connector_info(name)
 
         return await self.submit(action)
 
-    def validate_config(self, config: dict[str, str]) -> ConfigInfos:
-        """Connect's validation of a connector config (``.../config/validate``)."""
-        return ConfigInfos.validate(self.plugins, config)
+    async def validate_config(self, config: dict[str, str]) -> ConfigInfos:
+        """Connect's validation of a connector config (``.../config/validate``): the
+        connector's own code, on the connector pool with its deadline."""
+        return await self.worker.call_connector(
+            config.get("name") or config.get("connector.class", "?"),
+            "validate()",
+            ConfigInfos.validate,
+            self.plugins,
+            config,
+        )
 
-    def validate_connector_config(self, config: dict[str, str]) -> None:
+    async def validate_connector_config(self, config: dict[str, str]) -> None:
         """Refuse a config with one error naming each bad key (REST 400)."""
         class_name = config.get("connector.class", "")
         if not class_name:
@@ -776,7 +845,7 @@ class DistributedHerder:
                 "no default value."
             ]
         else:
-            problems = self.validate_config(config).errors()
+            problems = (await self.validate_config(config)).errors()
         if not problems:
             # what only the data plane can judge: transforms as configured together,
             # predicates they name, converters, errors.*
@@ -856,7 +925,7 @@ class DistributedHerder:
     async def restart_connector(self, name: str) -> None:
         """Restart connector ``name`` where it runs (answered by its worker)."""
 
-        async def action() -> None:
+        async def action() -> asyncio.Task[bool]:
             assignment = self._require_stable()
             snapshot = self.configs.snapshot()
             config = snapshot.connector_config(name)
@@ -865,18 +934,18 @@ class DistributedHerder:
             if name in assignment.connectors:
                 async with self._work_lock:
                     await self.worker.stop_connector(name)
-                    started = await self._start_connector(name, config, snapshot)
-                failure = self.worker.connector_failure(name)
-                if not started and failure is not None:
-                    # Connect answers a failed restart with 500 and the cause
-                    raise HerderError(f"Failed to start connector: {name}: {failure}")
-                log.info("connector %s restarted at the user's request", name)
-            elif self.is_leader:
+                return self._in_background(self._start_connector(name, config, snapshot))
+            if self.is_leader:
                 raise NotOwner(f"Connector {name}", self._owners.get(name))
-            else:
-                raise NotLeaderWorker(self.leader_url)
+            raise NotLeaderWorker(self.leader_url)
 
-        await self.submit(action)
+        # answered once the start is over, which the herder loop does not wait for
+        started = await (await self.submit(action))
+        failure = self.worker.connector_failure(name)
+        if not started and failure is not None:
+            # Connect answers a failed restart with 500 and the cause
+            raise HerderError(f"Failed to start connector: {name}: {failure}")
+        log.info("connector %s restarted at the user's request", name)
 
     async def restart_task(self, task_id: ConnectorTaskId) -> None:
         """Restart one task where it runs (answered by its worker)."""
@@ -916,6 +985,9 @@ class DistributedHerder:
             if request.connector not in self.configs.snapshot():
                 raise NotFound(f"Unknown connector: {request.connector}")
             await self._write_configs([restart_request_record(request)])
+            # the plan is made from every status written so far, not this worker's view
+            # of them, which may lag another worker's latest writes
+            await self.statuses.read_to_end()
             plan = self._restart_plan(request)
             return plan.state_info(self.connector_status(request.connector))
 
@@ -948,7 +1020,7 @@ class DistributedHerder:
                 await self.worker.stop_tasks(tasks)
             if restart_connector:
                 await self.worker.stop_connector(request.connector)
-                await self._start_connector(request.connector, config, snapshot)
+                self._in_background(self._start_connector(request.connector, config, snapshot))
             for task_id in tasks:
                 await self._start_task(task_id, snapshot)
 

@@ -52,7 +52,7 @@ def admin_routes(herder: DistributedHerder, router: RequestRouter) -> APIRouter:
             raise ConfigError(
                 f"Included connector type {included} does not match request type {plugin}"
             )
-        return herder.validate_config(body).to_json()
+        return (await herder.validate_config(body)).to_json()
 
     def class_name_of(name: str) -> str:
         try:

@@ -27,7 +27,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from herder.errors import ConfigError, HerderError, RebalanceInProgress, ServerStopping
-from herder.runtime.herder import AlreadyExists, DistributedHerder, NotFound, WrongWorker
+from herder.runtime.herder import (
+    AlreadyExists,
+    ConfigChanged,
+    DistributedHerder,
+    NotFound,
+    WrongWorker,
+)
 from herder.runtime.loggers import UnknownLevel
 from herder.runtime.plugins import UnknownPlugin
 
@@ -54,7 +60,7 @@ class Forbidden(HerderError):
 def status_of(exc: HerderError) -> int:
     if isinstance(exc, (NotFound, UnknownPlugin, UnknownLevel)):
         return 404
-    if isinstance(exc, (AlreadyExists, Conflict, WrongWorker, RebalanceInProgress)):
+    if isinstance(exc, (AlreadyExists, ConfigChanged, Conflict, WrongWorker, RebalanceInProgress)):
         return 409
     if isinstance(exc, ConfigError):
         return 400

@@ -80,7 +80,12 @@ class RequestQueue(Generic[T]):
 
 
 class ReconfigurationSchedule:
-    """When each connector's task configs are next (re)generated, with doubling backoff."""
+    """When each connector's task configs are next (re)generated, with doubling backoff.
+
+    A generation in progress (:meth:`begin` until :meth:`succeeded` or :meth:`failed`)
+    is not due again meanwhile; a request that arrives during it (the connector asked
+    again, its config changed) makes it due again at once when it succeeds.
+    """
 
     def __init__(
         self, initial_ms: int = RECONFIGURE_BACKOFF_MS, maximum_ms: int = RECONFIGURE_BACKOFF_MAX_MS
@@ -88,22 +93,44 @@ class ReconfigurationSchedule:
         self.initial_ms = initial_ms
         self.maximum_ms = maximum_ms
         self._due: dict[str, tuple[int, int]] = {}
+        self._running: set[str] = set()
+        self._again: set[str] = set()
 
     def request(self, name: str, now_ms: int) -> None:
         """Regenerate ``name``'s task configs now (unless a retry is already scheduled)."""
+        if name in self._running:
+            self._again.add(name)
         self._due.setdefault(name, (now_ms, self.initial_ms))
 
     def due(self, now_ms: int) -> list[str]:
-        return sorted(name for name, (at, _) in self._due.items() if at <= now_ms)
+        return sorted(
+            name
+            for name, (at, _) in self._due.items()
+            if at <= now_ms and name not in self._running
+        )
+
+    def begin(self, name: str) -> None:
+        """A generation of ``name``'s task configs is under way."""
+        self._running.add(name)
 
     def succeeded(self, name: str) -> None:
+        self._running.discard(name)
+        if name in self._again:
+            self._again.discard(name)
+            at, _ = self._due.get(name, (0, self.initial_ms))
+            self._due[name] = (at, self.initial_ms)
+            return
         self._due.pop(name, None)
 
     def failed(self, name: str, now_ms: int) -> int:
         """Schedule a retry; return the delay chosen (250 ms, doubling, capped at 60 s)."""
+        self._running.discard(name)
+        self._again.discard(name)
         _, backoff = self._due.get(name, (now_ms, self.initial_ms))
         self._due[name] = (now_ms + backoff, min(backoff * 2, self.maximum_ms))
         return backoff
 
     def next_due_ms(self) -> int | None:
-        return min((at for at, _ in self._due.values()), default=None)
+        return min(
+            (at for name, (at, _) in self._due.items() if name not in self._running), default=None
+        )

@@ -132,3 +132,60 @@ def blocking_calls() -> DaemonThreadPool:
         if _blocking is None:
             _blocking = DaemonThreadPool("herder-blocking")
         return _blocking
+
+
+class TaskThread:
+    """The one thread a running task's connector code runs on, created and ended with
+    the task (Connect's ``WorkerTask`` thread). Calls run one at a time, in order; the
+    thread is a daemon, so a call that never returns cannot keep the process alive."""
+
+    def __init__(self, name: str, on_exit: Callable[[], None] = lambda: None) -> None:
+        self.name = name
+        #: called once the thread has ended after :meth:`close` (on that thread, or on
+        #: the caller's if the thread never started)
+        self.on_exit = on_exit
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self.name} has ended")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
+                self._thread.start()
+            self._jobs.put((future, fn, args, kwargs))
+        return future
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, fn, args, kwargs = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del job, future, fn, args, kwargs
+        self.on_exit()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread is running (a call in progress, or waiting for one)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def close(self) -> None:
+        """End the thread once the calls already submitted are done."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            started = self._thread is not None
+            self._jobs.put(None)
+        if not started:
+            self.on_exit()

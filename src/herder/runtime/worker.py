@@ -6,11 +6,14 @@ transition to ``_status`` with the worker's generation, so a status written by a
 that has since lost the work can never overwrite its new owner's.
 
 Connector code may block, so it never runs on the event loop: each running task has a
-thread of its own (as Connect's ``WorkerTask``), started and ended with it, and calls
-into a connector (``start``, ``stop``, ``task_configs``) run on a pool of their own,
-each with a deadline, so no number of running tasks delays them. All of these threads
-are daemons: a task whose ``poll`` never returns is abandoned after the graceful
-timeout (its fencing makes it harmless) and cannot keep a stopped worker alive.
+thread of its own (as Connect's ``WorkerTask``), started and ended with it, for every
+call into the task's code, while the task's control work (fencing, offsets, commits,
+its group membership) runs on the worker's event loop over the worker's shared
+connections; calls into a connector (``start``, ``stop``, ``task_configs``) run on a
+pool of their own, each with a deadline. So no number of running tasks delays the
+herder or another task, and a worker's connections do not grow with its tasks. All of
+these threads are daemons: a task whose ``poll`` never returns is abandoned after the
+graceful timeout (its fencing makes it harmless) and cannot keep a stopped worker alive.
 
 Every start belongs to a generation of the group. A start whose generation has been
 revoked by the time it would begin is dropped, and a task id has at most one execution
@@ -18,8 +21,8 @@ here at any moment: a second start of a running task is refused, and one whose p
 execution was abandoned and has not ended yet waits for it.
 
 How a task moves data is not the worker's business: a :class:`TaskExecution`, made by
-the data plane, runs in the task's thread until it is told to stop, and says when its
-task's ``start`` has returned: only then is the task RUNNING. The worker does watch what
+the data plane, runs until it is told to stop, and says when its task's ``start`` has
+returned: only then is the task RUNNING. The worker does watch what
 a task hands over, to record the connector's *active topics* in ``_status`` as Connect
 does: the topic of every record or batch a source task's ``poll`` returns, and the
 topics of the partitions a sink task is ``open``-ed for.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -52,7 +56,7 @@ from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import ConnectorTaskId
 from herder.runtime.status import ConnectorStatus, State, TaskStatus, TopicStatus
 from herder.runtime.stores import StatusStore
-from herder.runtime.threads import DaemonThreadPool
+from herder.runtime.threads import DaemonThreadPool, TaskThread
 
 log = logging.getLogger(__name__)
 
@@ -64,36 +68,84 @@ class ConnectorCallTimeout(HerderError):
 
 
 class TaskControl:
-    """What a task's execution is told (stop, pause) and tells back (started, doing what).
+    """What a task's execution is told (stop, pause), what it tells back (started, doing
+    what), and the thread its connector code runs on.
 
-    ``stopping`` and ``paused`` are set by the worker; the execution calls
-    :meth:`doing` as it goes (so a task slow to start can say what it waits on) and
-    :meth:`started` once its task's ``start`` has returned.
+    The execution runs on the worker's event loop; every call into the task's code goes
+    through :meth:`call`, on the task's own thread, so no task's ``poll`` or ``put``
+    holds up another task or the herder. ``stopping`` and ``paused`` are also plain
+    thread events, for code that checks them from that thread.
     """
 
-    def __init__(self, on_started: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        name: str = "task",
+        on_started: Callable[[], None] = lambda: None,
+        on_thread_exit: Callable[[], None] = lambda: None,
+    ) -> None:
         self.stopping = threading.Event()
         self.paused = threading.Event()
         self.activity = "being created"
         self._on_started = on_started
+        self._thread = TaskThread(name, on_thread_exit)
+        self._changed = asyncio.Event()
 
     def doing(self, what: str) -> None:
+        """Say what the execution is doing (shown if it is slow to start or to stop)."""
         self.activity = what
 
     def started(self) -> None:
+        """The task's ``start`` has returned: it is RUNNING (or PAUSED) from now on."""
         self.activity = "running"
         self._on_started()
 
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the task's thread."""
+        return await asyncio.wrap_future(self._thread.submit(fn, *args))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.paused.clear()
+        self._changed.set()
+
+    def pause(self) -> None:
+        self.paused.set()
+        self._changed.set()
+
+    def resume(self) -> None:
+        self.paused.clear()
+        self._changed.set()
+
+    async def wait_while_paused(self) -> bool:
+        """Wait while paused; True once the task should stop."""
+        while self.paused.is_set() and not self.stopping.is_set():
+            self._changed.clear()
+            await self._changed.wait()
+        return self.stopping.is_set()
+
+    async def sleep(self, seconds: float) -> bool:
+        """Wait ``seconds``, or less if told to stop or pause; True if told to stop."""
+        if not self.stopping.is_set():
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await self._changed.wait()
+        return self.stopping.is_set()
+
+    def end(self) -> None:
+        """The execution is over: its thread ends once its last call returns."""
+        self._thread.close()
+
 
 class TaskExecution(Protocol):
-    """Moves a task's data until ``control.stopping`` is set (runs in the task's thread).
+    """Moves a task's data until ``control.stopping`` is set, on the worker's event loop.
 
     It starts the task, calls ``control.started()`` once the task's ``start`` returned,
-    and while ``control.paused`` is set it must not poll or put. Raising marks the task
-    FAILED.
+    runs every call into the task through ``control.call``, and while paused must not
+    poll or put. Raising marks the task FAILED.
     """
 
-    def run(self, control: TaskControl) -> None: ...
+    async def execute(self, control: TaskControl) -> None: ...
 
 
 #: builds the execution for (task id, the started task, its config, its connector's config)
@@ -127,14 +179,15 @@ class _AssignedConnector:
 
 @dataclass
 class _TaskRun:
-    """One execution of a task on this worker, from its start until its thread ends."""
+    """One execution of a task on this worker, from its start until it ends."""
 
     id: ConnectorTaskId
     generation: int
     target: TargetState
     control: TaskControl
-    done: asyncio.Future[BaseException | None]
-    thread: threading.Thread | None = None
+    execution: asyncio.Task[None] | None = None
+    #: done once the execution has returned and its thread has ended
+    ended: asyncio.Future[None] | None = None
     started: bool = False
     failed: bool = False
     deadline: asyncio.TimerHandle | None = None
@@ -214,7 +267,7 @@ class Worker:
 
     @property
     def abandoned(self) -> set[ConnectorTaskId]:
-        """Tasks whose abandoned execution's thread has not ended yet."""
+        """Tasks whose execution did not stop in time and has not ended yet."""
         return set(self._abandoned)
 
     # -- generations --------------------------------------------------------------------
@@ -311,6 +364,10 @@ class Worker:
             return False
         assigned = self._connectors[name] = _AssignedConnector(name, dict(config), target)
         if not await self._bring_up(assigned):
+            return False
+        if self._connectors.get(name) is not assigned:
+            # stopped (revoked, deleted, restarted) while its start() ran: stop it now
+            await self._stop_instance(assigned)
             return False
         await self._publish(
             ConnectorStatus(name, _state_of(target), self.worker_id, self.generation)
@@ -425,14 +482,15 @@ class Worker:
         return None if assigned is None else dict(assigned.config)
 
     def _connector_failed_later(self, name: str, exc: BaseException) -> None:
-        self._in_background(self._connector_failed(name, exc))
+        self._in_background(self.connector_failed(name, exc))
 
     def _in_background(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _connector_failed(self, name: str, exc: BaseException) -> None:
+    async def connector_failed(self, name: str, exc: BaseException) -> None:
+        """Connector ``name`` has failed (it raised, or a call of its is stuck)."""
         log.error("connector %s failed: %s", name, exc)
         assigned = self._connectors.get(name)
         if assigned is not None:
@@ -451,7 +509,7 @@ class Worker:
         target: TargetState,
         generation: int,
     ) -> bool:
-        """Start an execution of ``task_id`` in a thread of its own.
+        """Start an execution of ``task_id`` (its connector code on a thread of its own).
 
         Its status becomes RUNNING (or PAUSED) once its ``start`` returned; FAILED if it
         raised, or did not get there within ``task_start_timeout_ms``.
@@ -467,23 +525,29 @@ class Worker:
             )
             return False
         if task_id in self._abandoned:
-            self._deferred[task_id] = _DeferredStart(
+            # it starts when the old one ends (a stopped source finishing its batch);
+            # FAILED, saying why, if that takes longer than a start may
+            deferred = self._deferred[task_id] = _DeferredStart(
                 generation, dict(config), dict(connector_config), target
             )
-            stuck = self._abandoned[task_id].control.activity
-            message = (
-                f"task {task_id}'s previous execution on {self.worker_id} did not stop and has "
-                f"not ended (it was {stuck}); the task starts here when it ends. Restarting "
-                "the worker ends it at once."
+            log.info(
+                "task %s starts on %s once its previous execution has ended (it is %s)",
+                task_id,
+                self.worker_id,
+                self._abandoned[task_id].control.activity,
             )
-            log.warning("%s", message)
-            await self._publish(
-                TaskStatus(task_id, State.FAILED, self.worker_id, self.generation, message)
+            asyncio.get_running_loop().call_later(
+                self.task_start_timeout_ms / 1000, self._held_back_too_long, task_id, deferred
             )
             return False
         loop = asyncio.get_running_loop()
-        run = _TaskRun(task_id, generation, target, TaskControl(), loop.create_future())
-        run.control = TaskControl(lambda: self._call_soon(self._task_started, run))
+        name = f"task-{task_id.connector}-{task_id.task}"
+        run = _TaskRun(task_id, generation, target, TaskControl(name), ended=loop.create_future())
+        run.control = TaskControl(
+            name,
+            on_started=lambda: self._task_started(run),
+            on_thread_exit=lambda: self._call_soon(self._task_ended, run),
+        )
         try:
             klass = self.plugins.connector_class(connector_config.get("connector.class", ""))
             task = klass().task_class()()
@@ -494,40 +558,19 @@ class Worker:
         if self.topic_tracking:
             self._track_topics(task_id, task)
         if target is not TargetState.STARTED:
-            run.control.paused.set()
+            run.control.pause()
         self._tasks[task_id] = run
-        run.thread = threading.Thread(
-            target=self._run_task,
-            args=(run, execution, loop),
-            name=f"task-{task_id.connector}-{task_id.task}",
-            daemon=True,
-        )
-        run.thread.start()
+        run.execution = loop.create_task(execution.execute(run.control), name=name)
         run.deadline = loop.call_later(self.task_start_timeout_ms / 1000, self._start_overdue, run)
-        run.done.add_done_callback(lambda _: self._task_ended(run))
+        # the execution is over once it has returned and its thread has finished the
+        # call in progress (which, for one cancelled in a poll, may be a long time)
+        run.execution.add_done_callback(lambda _: run.control.end())
         if target is not TargetState.STARTED:
             # as Connect's paused task: PAUSED at once, whether or not it has started
             await self._publish(
                 TaskStatus(task_id, _state_of(target), self.worker_id, self.generation)
             )
         return True
-
-    def _run_task(
-        self, run: _TaskRun, execution: TaskExecution, loop: asyncio.AbstractEventLoop
-    ) -> None:
-        """The task's thread: its execution, then word of how it ended to the loop."""
-        outcome: BaseException | None = None
-        try:
-            execution.run(run.control)
-        except BaseException as exc:
-            outcome = exc
-
-        def report() -> None:
-            if not run.done.done():
-                run.done.set_result(outcome)
-
-        with contextlib.suppress(RuntimeError):  # a closed loop: the worker is gone
-            loop.call_soon_threadsafe(report)
 
     def _task_started(self, run: _TaskRun) -> None:
         if run.deadline is not None:
@@ -551,13 +594,16 @@ class Worker:
         run.failed = True
         # the execution is told to stop; the herder stops it for good at the next
         # rebalance or restart, abandoning it if it still has not ended then
-        run.control.stopping.set()
+        run.control.stop()
         self._in_background(self._task_failed(run.id, exc))
 
     def _task_ended(self, run: _TaskRun) -> None:
         if run.deadline is not None:
             run.deadline.cancel()
-        outcome = run.done.result()
+        if run.ended is not None and not run.ended.done():
+            run.ended.set_result(None)
+        assert run.execution is not None
+        outcome = None if run.execution.cancelled() else run.execution.exception()
         if self._abandoned.get(run.id) is run:
             del self._abandoned[run.id]
             log.info("task %s's abandoned execution on %s has ended", run.id, self.worker_id)
@@ -572,6 +618,21 @@ class Worker:
             self._in_background(self._task_failed(run.id, outcome))
         else:
             log.info("task %s finished on its own", run.id)
+
+    def _held_back_too_long(self, task_id: ConnectorTaskId, deferred: _DeferredStart) -> None:
+        if self._deferred.get(task_id) is not deferred or task_id not in self._abandoned:
+            return
+        message = (
+            f"task {task_id}'s previous execution on {self.worker_id} did not stop and has "
+            f"not ended (it is {self._abandoned[task_id].control.activity}); the task "
+            "starts here when it ends. Restarting the worker ends it at once."
+        )
+        log.warning("%s", message)
+        self._in_background(
+            self._publish(
+                TaskStatus(task_id, State.FAILED, self.worker_id, self.generation, message)
+            )
+        )
 
     async def _start_deferred(self, task_id: ConnectorTaskId, deferred: _DeferredStart) -> None:
         await self.start_task(
@@ -592,17 +653,20 @@ class Worker:
             self._deferred.pop(task_id, None)
         stopping = [self._tasks.pop(t) for t in task_ids if t in self._tasks]
         for run in stopping:
-            run.control.stopping.set()
-            run.control.paused.clear()
-        waits = [run.done for run in stopping if not run.done.done()]
+            run.control.stop()
+        waits = [run.ended for run in stopping if run.ended and not run.ended.done()]
         if waits:
             await asyncio.wait(waits, timeout=self.task_shutdown_timeout_ms / 1000)
         for run in stopping:
-            if not run.done.done():
+            if run.ended is not None and not run.ended.done():
+                # left to end by itself: cancelling it would orphan the Spark job of a
+                # batch in flight, whose commit its fencing still decides; a new start
+                # of this task here waits for it
                 self._abandoned[run.id] = run
                 log.warning(
-                    "task %s did not stop within the graceful timeout of %d ms on %s (it was "
-                    "%s); its thread is abandoned, fenced from committing",
+                    "task %s did not stop within the graceful timeout of %d ms on %s (it is "
+                    "%s); it is left to end by itself, its fencing epoch deciding whether "
+                    "what it still commits counts, and starts here again only once it has",
                     run.id,
                     self.task_shutdown_timeout_ms,
                     self.worker_id,
@@ -620,9 +684,9 @@ class Worker:
             return
         run.target = target
         if target is TargetState.STARTED:
-            run.control.paused.clear()
+            run.control.resume()
         else:
-            run.control.paused.set()
+            run.control.pause()
         if run.started or target is not TargetState.STARTED:
             await self._publish(
                 TaskStatus(task_id, _state_of(target), self.worker_id, self.generation)
@@ -700,12 +764,29 @@ class Worker:
         await self.stop_tasks(list(self._tasks))
         await asyncio.gather(*(self.stop_connector(name) for name in list(self._connectors)))
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """Give up on executions that never ended (the process is stopping), and let go
+        of the connector pool and the execution factory's connections."""
+        for _ in range(3):
+            # an execution cancelled in a stuck poll() unwinds into the task's stop(),
+            # queued behind that poll: cancelling it again ends it
+            left = [
+                run.execution
+                for run in [*self._tasks.values(), *self._abandoned.values()]
+                if run.execution is not None and not run.execution.done()
+            ]
+            if not left:
+                break
+            for execution in left:
+                execution.cancel()
+            await asyncio.wait(left, timeout=0.2)
         self._calls.shutdown(wait=False, cancel_futures=True)
-        # an execution factory with work of its own (the data plane's retention passes)
+        # an execution factory with work and connections of its own (the data plane's)
         close = getattr(self.execution_factory, "close", None)
         if callable(close):
-            close()
+            closing = close()
+            if inspect.isawaitable(closing):
+                await closing
 
 
 def _state_of(target: TargetState) -> State:

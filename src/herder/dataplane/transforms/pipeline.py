@@ -19,9 +19,8 @@ fencing epoch of its own.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
@@ -124,7 +123,7 @@ class RecordPipeline:
         task: int,
         topics: Topics,
         spark: SparkRuntime,
-        bootstrap: str | Sequence[str],
+        coordinator: CoordinatorClient,
         pool: str | None = None,
     ) -> None:
         self.chain = TransformChain.from_settings(settings)
@@ -134,23 +133,22 @@ class RecordPipeline:
         self.name = f"{connector}-{task}"
         self.topics = topics
         self.spark = spark
-        self.bootstrap = bootstrap
+        self.coordinator = coordinator
         self.pool = pool if pool is not None else self.name
         self._cached: list[DataFrame] = []
         self._dead_letter_writer: tuple[SegmentWriter, list[Any]] | None = None
 
     # -- retries ------------------------------------------------------------------------
 
-    async def poll(self, poll: Callable[[], T]) -> T | None:
-        """``poll()`` on a thread, retried per ``errors.retry.*`` on RetriableError.
+    async def poll(self, poll: Callable[[], Awaitable[T]]) -> T | None:
+        """``await poll()`` (the task's poll on its thread), retried per
+        ``errors.retry.*`` on RetriableError.
 
         Once retries are spent the failure fails the task, or with
         ``errors.tolerance=all`` this poll counts as empty.
         """
         try:
-            return await self.errors.retry(
-                lambda: asyncio.to_thread(poll), f"poll of source task {self.name}"
-            )
+            return await self.errors.retry(poll, f"poll of source task {self.name}")
         except RetriableError as exc:
             if not self.errors.tolerate_all:
                 raise
@@ -271,11 +269,7 @@ class RecordPipeline:
     async def _dead_letters_writer(self) -> tuple[SegmentWriter, list[Any]]:
         if self._dead_letter_writer is None:
             fence = f"dlq-{self.name}"
-            coordinator = CoordinatorClient(self.bootstrap)
-            try:
-                epoch = await coordinator.init_fencing(fence)
-            finally:
-                await coordinator.close()
+            epoch = await self.coordinator.init_fencing(fence)
             writer = SegmentWriter(
                 self.topics, self.spark, task=f"{self.name}.dlq", epoch=epoch, pool=self.pool
             )
