@@ -89,6 +89,8 @@ class CoordinatorConnections:
         self.request_timeout_ms = request_timeout_ms
         self._registry = ApiRegistry(apis.COORDINATOR_APIS)
         self._wires: dict[tuple[str, int], WireClient] = {}
+        #: every wire made, in use or forgotten, for close() to end them all
+        self._made: list[WireClient] = []
 
     async def _wire(self, host: str, port: int) -> WireClient:
         wire = self._wires.get((host, port))
@@ -101,6 +103,7 @@ class CoordinatorConnections:
                 request_timeout=self.request_timeout_ms / 1000,
             )
             self._wires[(host, port)] = wire
+            self._made.append(wire)
         if not wire.connected:
             await wire.connect()
         return wire
@@ -132,7 +135,10 @@ class CoordinatorConnections:
             for address, known in list(self._wires.items()):
                 if known is wire:
                     del self._wires[address]
+            # closed for good: a member still holding it gets an error, not a reconnect
             await wire.close()
+            if wire in self._made:
+                self._made.remove(wire)
 
     @property
     def open(self) -> int:
@@ -140,7 +146,7 @@ class CoordinatorConnections:
         return sum(1 for wire in self._wires.values() if wire.connected)
 
     async def close(self) -> None:
-        wires, self._wires = list(self._wires.values()), {}
+        wires, self._made, self._wires = self._made, [], {}
         for wire in wires:
             await wire.close()
 

@@ -357,7 +357,8 @@ class SourceExecution(_Execution):
                     *checks,
                     CheckKeyValue(BATCHES_LOG, batch_key, previous),
                     Append(BATCHES_LOG, batch_key, marker),
-                    *offsets.records(connector, _latest_offsets(batch)),
+                    # a pass over every record: on the task's thread, not the worker's loop
+                    *offsets.records(connector, await control.call(_latest_offsets, batch)),
                 ]
                 began = time.monotonic()
                 data, topic = await self.pipeline.before_write(batch)

@@ -74,6 +74,7 @@ from herder.runtime.rules import (
 )
 from herder.runtime.status import State
 from herder.runtime.stores import ConfigStore, OffsetStore, StatusStore
+from herder.runtime.threads import SharedExecutor, blocking_calls
 from herder.runtime.validation import ConfigInfos
 from herder.runtime.worker import ConnectorCallTimeout, ExecutionFactory, Worker
 from herder.runtime.worker_config import WorkerConfig
@@ -230,6 +231,9 @@ class DistributedHerder:
 
     async def start(self, url: str) -> None:
         self.url = url
+        # the loop's blocking calls on daemon threads: a hung filesystem call must not
+        # keep a stopped worker's process alive
+        asyncio.get_running_loop().set_default_executor(SharedExecutor(blocking_calls()))
         await self.client.start()
         for store in (self.configs, self.offsets, self.statuses):
             await store.start()
@@ -259,9 +263,18 @@ class DistributedHerder:
         if self._stopping:
             return
         self._stopping = True
+        self.worker.revoked()  # nothing starts from now on
         self._wake.set()
         if self._loop_task is not None:
             self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._loop_task
+        # connector calls under way get the graceful timeout to end (a start that ends
+        # later is stopped by the worker when it does)
+        if self._calls:
+            await asyncio.wait(
+                list(self._calls), timeout=self.config.task_shutdown_timeout_ms / 1000
+            )
         for call in list(self._calls):
             call.cancel()
         async with self._work_lock:
@@ -327,6 +340,7 @@ class DistributedHerder:
         async with self._work_lock:
             await self.worker.stop_all()
             self.assignment = None
+            self._reconfigured.clear()
         for done in revocations:
             if not done.done():
                 done.set_result(None)
@@ -367,9 +381,14 @@ class DistributedHerder:
     async def _run(self) -> None:
         while not self._stopping:
             timeout = self._next_due()
+            # not asyncio.wait_for, which before Python 3.12 can swallow stop()'s
+            # cancellation when the wake-up comes in the same turn
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             self._wake.clear()
+            if self._stopping:
+                return
             try:
                 await self._tick()
             except asyncio.CancelledError:
@@ -612,16 +631,21 @@ class DistributedHerder:
     async def _destroy(self, name: str) -> None:
         """A deleted connector: stop it and its tasks here, and tombstone their statuses."""
         async with self._work_lock:
-            tasks = [t for t in self.worker.tasks if t.connector == name]
+            tasks = [t for t in self.worker.tasks | self.worker.held_back if t.connector == name]
             await self.worker.stop_tasks(tasks, destroyed=True)
             await self.worker.stop_connector(name, destroyed=True)
 
     # -- task configs -------------------------------------------------------------------
 
     async def _reconfigure_tasks(self, name: str) -> None:
+        """Generate connector ``name``'s task configs beside the herder loop, and publish
+        them only if they still speak for it: the same generation, the same running
+        instance, the same connector config as when they were asked for."""
         snapshot = self.configs.snapshot()
         config = snapshot.connector_config(name)
         stopped = snapshot.target_state(name) is TargetState.STOPPED
+        generation = self._member_generation
+        instance = self.worker.assignment_of(name)
         if name not in self.worker.connectors or config is None or stopped:
             self._reconfigure.succeeded(name)
             self._reconfigured.discard(name)
@@ -630,18 +654,32 @@ class DistributedHerder:
             max_tasks = int(config.get("tasks.max", "1"))
             try:
                 wanted = await self.worker.task_configs(name, max_tasks)
-            except ConnectorCallTimeout as exc:
-                # stuck: FAILED, with the call that hangs, until the user restarts it
+            except ConnectorCallTimeout:
+                # stuck: the worker made it FAILED, naming the call, until a restart
                 self._reconfigure.succeeded(name)
-                await self.worker.connector_failed(name, exc)
                 return
+
+            async def still_current() -> bool:
+                return (
+                    self._member_generation is generation
+                    and self.worker.is_assigned(name, instance)
+                    and self.configs.snapshot().connector_config(name) == config
+                )
+
+            async def write() -> None:
+                if await still_current():
+                    await self.write_task_configs(name, wanted)
+
             snapshot = self.configs.snapshot()
             if (
                 wanted != snapshot.task_configs(name)
                 or name in snapshot.inconsistent
                 or name in self._reconfigured
             ):
-                await self._publish_task_configs(name, wanted)
+                if self.is_leader:
+                    await self.submit(write)  # checked and written on the herder loop
+                elif await self.submit(still_current):
+                    await self._send_task_configs_to_leader(name, wanted)
             self._reconfigured.discard(name)
         except Exception as exc:
             delay = self._reconfigure.failed(name, _now_ms())
@@ -654,10 +692,7 @@ class DistributedHerder:
             return
         self._reconfigure.succeeded(name)
 
-    async def _publish_task_configs(self, name: str, configs: list[dict[str, str]]) -> None:
-        if self.is_leader:
-            await self.write_task_configs(name, configs)
-            return
+    async def _send_task_configs_to_leader(self, name: str, configs: list[dict[str, str]]) -> None:
         url = self.leader_url
         if not url:
             raise RebalanceInProgress("no leader known to send task configs to")
@@ -668,6 +703,9 @@ class DistributedHerder:
     async def write_task_configs(self, name: str, configs: list[dict[str, str]]) -> None:
         """Leader only: fence the connector's old tasks, then write its new task set."""
         self._require_leader()
+        if name not in self.configs.snapshot():
+            # a deleted connector's task set would come back with a connector of its name
+            raise NotFound(f"Connector {name} not found")
         await self.coordinator.init_fencing(f"connector-{name}")
         await self._write_configs(task_config_records(name, configs))
         log.info("connector %s: wrote %d task configs", name, len(configs))

@@ -25,9 +25,11 @@ _Job = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 class DaemonThreadPool(Executor):
     """An executor of daemon threads, one per call in flight, kept a while when idle."""
 
-    def __init__(self, name: str, keep_alive_s: float = 60.0) -> None:
+    def __init__(self, name: str, keep_alive_s: float = 60.0, max_threads: int = 0) -> None:
         self.name = name
         self.keep_alive_s = keep_alive_s
+        #: at most this many threads (0: no limit); calls beyond wait their turn
+        self.max_threads = max_threads
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         # one permit per idle thread: a submit that takes one reuses that thread
         self._idle = threading.Semaphore(0)
@@ -42,7 +44,8 @@ class DaemonThreadPool(Executor):
             if self._shutdown:
                 raise RuntimeError(f"thread pool {self.name} is shut down")
             self._jobs.put((future, fn, args, kwargs))
-            if not self._idle.acquire(blocking=False):
+            full = self.max_threads and len(self._threads) >= self.max_threads
+            if not self._idle.acquire(blocking=False) and not full:
                 self._count += 1
                 thread = threading.Thread(
                     target=self._work, name=f"{self.name}-{self._count}", daemon=True
@@ -125,12 +128,13 @@ _blocking_lock = threading.Lock()
 
 
 def blocking_calls() -> DaemonThreadPool:
-    """The process's pool for the blocking calls running tasks make (``poll``, ``put``,
-    Spark jobs): daemon threads, so no stuck call keeps the process alive."""
+    """The process's pool for blocking calls made from a worker's event loop
+    (``asyncio.to_thread``: the data plane's file listings and deletes, fsyncs): daemon
+    threads, at most 32, so no stuck call keeps the process alive."""
     global _blocking
     with _blocking_lock:
         if _blocking is None:
-            _blocking = DaemonThreadPool("herder-blocking")
+            _blocking = DaemonThreadPool("herder-blocking", max_threads=32)
         return _blocking
 
 

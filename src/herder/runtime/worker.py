@@ -153,15 +153,18 @@ ExecutionFactory = Callable[[ConnectorTaskId, Task, dict[str, str], dict[str, st
 
 
 class _Context(ConnectorContext):
-    def __init__(self, worker: Worker, name: str) -> None:
+    """A connector instance's line to the worker: only the instance still assigned is
+    heard (a stopped one's late error must not fail its successor)."""
+
+    def __init__(self, worker: Worker, assigned: _AssignedConnector) -> None:
         self._worker = worker
-        self._name = name
+        self._assigned = assigned
 
     def request_task_reconfiguration(self) -> None:
-        self._worker._call_soon(self._worker.on_task_reconfiguration, self._name)
+        self._worker._call_soon(self._worker._reconfiguration_asked, self._assigned)
 
     def raise_error(self, error: BaseException) -> None:
-        self._worker._call_soon(self._worker._connector_failed_later, self._name, error)
+        self._worker._call_soon(self._worker._connector_failed_later, self._assigned, error)
 
 
 @dataclass
@@ -175,6 +178,11 @@ class _AssignedConnector:
     #: whether ``instance.start`` has returned and ``stop`` has not been called since
     started: bool = False
     failure: BaseException | None = None
+    #: one lifecycle call of the connector at a time (start, stop, task_configs), as
+    #: Connect never calls a connector's code concurrently
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: no longer assigned here (stopped, revoked, deleted): what it still does is moot
+    gone: bool = False
 
 
 @dataclass
@@ -266,6 +274,11 @@ class Worker:
         return set(self._tasks)
 
     @property
+    def held_back(self) -> set[ConnectorTaskId]:
+        """Tasks whose start waits for their previous execution to end."""
+        return set(self._deferred)
+
+    @property
     def abandoned(self) -> set[ConnectorTaskId]:
         """Tasks whose execution did not stop in time and has not ended yet."""
         return set(self._abandoned)
@@ -303,12 +316,20 @@ class Worker:
                 loop.call_soon_threadsafe(fn, *args)
 
     async def call_connector(
-        self, name: str, what: str, fn: Callable[..., T], *args: Any, timeout_ms: int | None = None
+        self,
+        name: str,
+        what: str,
+        fn: Callable[..., T],
+        *args: Any,
+        timeout_ms: int | None = None,
+        on_abandon: Callable[[asyncio.Future[T]], None] | None = None,
     ) -> T:
         """Run connector code on the connector pool, giving up after its deadline.
 
         A call that overruns raises :class:`ConnectorCallTimeout`, is logged once naming
         it, and is remembered in :attr:`stuck` until it returns; it holds up nothing else.
+        ``on_abandon`` gets the call's future if the caller gives up on it (its deadline,
+        or the caller cancelled), to clean up after it once it returns.
         """
         self._loop = asyncio.get_running_loop()
         deadline_ms = self.connector_call_timeout_ms if timeout_ms is None else timeout_ms
@@ -316,7 +337,13 @@ class Worker:
         try:
             async with asyncio.timeout(deadline_ms / 1000):
                 return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if on_abandon is not None:
+                on_abandon(future)
+            raise
         except TimeoutError:
+            if on_abandon is not None:
+                on_abandon(future)
             call = f"{what} of connector {name}"
             log.warning(
                 "%s did not return within %d ms; giving up on it (its thread is left to "
@@ -332,8 +359,13 @@ class Worker:
                     log.info("%s returned at last", call)
 
             future.add_done_callback(returned)
+            setting = (
+                "connector.call.timeout.ms"
+                if timeout_ms is None
+                else "task.shutdown.graceful.timeout.ms"
+            )
             raise ConnectorCallTimeout(
-                f"{call} did not return within {deadline_ms} ms (connector.call.timeout.ms)"
+                f"{call} did not return within {deadline_ms} ms ({setting})"
             ) from None
 
     async def _publish(self, status: ConnectorStatus | TaskStatus) -> None:
@@ -363,41 +395,60 @@ class Worker:
             )
             return False
         assigned = self._connectors[name] = _AssignedConnector(name, dict(config), target)
-        if not await self._bring_up(assigned):
-            return False
-        if self._connectors.get(name) is not assigned:
-            # stopped (revoked, deleted, restarted) while its start() ran: stop it now
-            await self._stop_instance(assigned)
-            return False
-        await self._publish(
-            ConnectorStatus(name, _state_of(target), self.worker_id, self.generation)
-        )
-        log.info("connector %s started on %s (%s)", name, self.worker_id, target.value)
+        async with assigned.lock:
+            if assigned.gone or not await self._bring_up(assigned):
+                return False
+            await self._publish(
+                ConnectorStatus(name, _state_of(assigned.target), self.worker_id, self.generation)
+            )
+        log.info("connector %s started on %s (%s)", name, self.worker_id, assigned.target.value)
         return True
 
     async def _bring_up(self, assigned: _AssignedConnector) -> bool:
-        """Instantiate (once) and, for STARTED, start; on failure publish FAILED."""
+        """Instantiate (once) and, for STARTED, start; on failure publish FAILED. Called
+        with the connector's lock held."""
         name = assigned.name
         try:
             if assigned.instance is None:
                 klass = self.plugins.connector_class(assigned.config.get("connector.class", ""))
                 instance = klass()
-                instance.initialize(_Context(self, name))
+                instance.initialize(_Context(self, assigned))
                 assigned.instance = instance
             if assigned.target is TargetState.STARTED:
+                instance = assigned.instance
                 await self.call_connector(
-                    name, "start()", assigned.instance.start, dict(assigned.config)
+                    name,
+                    "start()",
+                    instance.start,
+                    dict(assigned.config),
+                    on_abandon=lambda call: self._stop_once_started(name, instance, call),
                 )
                 assigned.started = True
         except Exception as exc:
+            if assigned.gone:
+                return False  # superseded: its failure is nobody's news now
             assigned.failure = exc
             log.error("connector %s failed to start: %s", name, exc)
             await self._publish(
                 ConnectorStatus(name, State.FAILED, self.worker_id, self.generation, _trace(exc))
             )
             return False
+        if assigned.gone:
+            # stopped (revoked, deleted, restarted) while its start() ran: stop it now
+            await self._stop_instance(assigned)
+            return False
         assigned.failure = None
         return True
+
+    def _stop_once_started(self, name: str, instance: Connector, call: asyncio.Future[Any]) -> None:
+        """A start() given up on (overdue, or its caller stopped): if it returns at last,
+        the connector is stopped, since nobody counts it as running."""
+
+        def returned(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                self._calls.submit(_quietly, f"stop() of connector {name}", instance.stop)
+
+        call.add_done_callback(returned)
 
     def connector_failure(self, name: str) -> BaseException | None:
         """Why connector ``name``, assigned here, failed (None if it did not)."""
@@ -405,15 +456,37 @@ class Worker:
         return None if assigned is None else assigned.failure
 
     async def stop_connector(self, name: str, *, destroyed: bool = False) -> None:
+        """Stop connector ``name`` here. A lifecycle call of it in flight (a start) is
+        waited for up to the graceful timeout; after that it is stopped when that ends."""
         assigned = self._connectors.pop(name, None)
         if assigned is None:
             return
-        await self._stop_instance(assigned)
+        assigned.gone = True
+        try:
+            async with asyncio.timeout(self.task_shutdown_timeout_ms / 1000):
+                await assigned.lock.acquire()
+        except TimeoutError:
+            log.warning(
+                "connector %s: a call into it is still running on %s; it is stopped once "
+                "that returns",
+                name,
+                self.worker_id,
+            )
+            self._in_background(self._stop_when_free(assigned))
+        else:
+            try:
+                await self._stop_instance(assigned)
+            finally:
+                assigned.lock.release()
         if destroyed:
             await self._publish(
                 ConnectorStatus(name, State.DESTROYED, self.worker_id, self.generation)
             )
         log.info("connector %s stopped on %s", name, self.worker_id)
+
+    async def _stop_when_free(self, assigned: _AssignedConnector) -> None:
+        async with assigned.lock:
+            await self._stop_instance(assigned)
 
     async def _stop_instance(self, assigned: _AssignedConnector) -> None:
         if not assigned.started or assigned.instance is None:
@@ -446,57 +519,88 @@ class Worker:
         STARTED, which need a restart.
         """
         assigned = self._connectors.get(name)
-        if assigned is None or (assigned.target is target and assigned.failure is None):
+        if assigned is None:
             return
-        if assigned.failure is not None and target is not TargetState.STOPPED:
-            log.info(
-                "connector %s has failed; it stays FAILED rather than going %s (restart it)",
-                name,
-                target.value,
-            )
+        async with assigned.lock:
+            if assigned.gone or (assigned.target is target and assigned.failure is None):
+                return
+            if assigned.failure is not None and target is not TargetState.STOPPED:
+                log.info(
+                    "connector %s has failed; it stays FAILED rather than going %s (restart it)",
+                    name,
+                    target.value,
+                )
+                assigned.target = target
+                return
+            assigned.failure = None
             assigned.target = target
-            return
-        assigned.failure = None
-        await self._stop_instance(assigned)
-        assigned.target = target
-        if target is TargetState.STARTED and not await self._bring_up(assigned):
-            return
-        await self._publish(
-            ConnectorStatus(name, _state_of(target), self.worker_id, self.generation)
-        )
+            await self._stop_instance(assigned)
+            if target is TargetState.STARTED and not await self._bring_up(assigned):
+                return
+            if not assigned.gone:
+                await self._publish(
+                    ConnectorStatus(name, _state_of(target), self.worker_id, self.generation)
+                )
 
     async def task_configs(self, name: str, max_tasks: int) -> list[dict[str, str]]:
-        """The task configs connector ``name`` (running here) wants now."""
+        """The task configs connector ``name`` (running here) wants now. One that hangs
+        past its deadline fails the connector (FAILED, naming the call)."""
         assigned = self._connectors[name]
-        if assigned.instance is None or not assigned.started:
-            raise HerderError(f"connector {name} is not running on {self.worker_id}")
-        configs = await self.call_connector(
-            name, "task_configs()", assigned.instance.task_configs, max_tasks
-        )
+        async with assigned.lock:
+            if assigned.gone or assigned.instance is None or not assigned.started:
+                raise HerderError(f"connector {name} is not running on {self.worker_id}")
+            try:
+                configs = await self.call_connector(
+                    name, "task_configs()", assigned.instance.task_configs, max_tasks
+                )
+            except ConnectorCallTimeout as exc:
+                await self._connector_failed(assigned, exc)
+                raise
         if not isinstance(configs, list):
             raise HerderError(f"connector {name}'s task_configs() returned {type(configs)}")
         return [{str(k): str(v) for k, v in c.items()} for c in configs[:max_tasks]]
+
+    def is_assigned(self, name: str, instance: object) -> bool:
+        """Whether ``instance`` (from :meth:`assignment_of`) is still connector ``name``
+        as assigned here: not stopped, replaced or failed since."""
+        assigned = self._connectors.get(name)
+        return (
+            assigned is not None
+            and assigned is instance
+            and assigned.failure is None
+            and assigned.started
+        )
+
+    def assignment_of(self, name: str) -> object | None:
+        """A token for connector ``name`` as it runs here now (see :meth:`is_assigned`)."""
+        return self._connectors.get(name)
 
     def connector_config(self, name: str) -> dict[str, str] | None:
         assigned = self._connectors.get(name)
         return None if assigned is None else dict(assigned.config)
 
-    def _connector_failed_later(self, name: str, exc: BaseException) -> None:
-        self._in_background(self.connector_failed(name, exc))
+    def _connector_failed_later(self, assigned: _AssignedConnector, exc: BaseException) -> None:
+        self._in_background(self._connector_failed(assigned, exc))
+
+    def _reconfiguration_asked(self, assigned: _AssignedConnector) -> None:
+        if not assigned.gone:
+            self.on_task_reconfiguration(assigned.name)
 
     def _in_background(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def connector_failed(self, name: str, exc: BaseException) -> None:
-        """Connector ``name`` has failed (it raised, or a call of its is stuck)."""
-        log.error("connector %s failed: %s", name, exc)
-        assigned = self._connectors.get(name)
-        if assigned is not None:
-            assigned.failure = exc
+    async def _connector_failed(self, assigned: _AssignedConnector, exc: BaseException) -> None:
+        """Connector ``assigned`` has failed (it raised, or a call of its is stuck)."""
+        if assigned.gone or self._connectors.get(assigned.name) is not assigned:
+            return
+        log.error("connector %s failed: %s", assigned.name, exc)
+        assigned.failure = exc
         await self._publish(
-            ConnectorStatus(name, State.FAILED, self.worker_id, self.generation, _trace(exc))
+            ConnectorStatus(
+                assigned.name, State.FAILED, self.worker_id, self.generation, _trace(exc)
+            )
         )
 
     # -- tasks --------------------------------------------------------------------------
@@ -579,10 +683,13 @@ class Worker:
             return
         run.started = True
         log.info("task %s started on %s", run.id, self.worker_id)
+        self._in_background(self._publish_started(run))
+
+    async def _publish_started(self, run: _TaskRun) -> None:
+        # the state as of the write, not of the start: a pause meanwhile wrote PAUSED
         state = State.PAUSED if run.control.paused.is_set() else State.RUNNING
-        self._in_background(
-            self._publish(TaskStatus(run.id, state, self.worker_id, self.generation))
-        )
+        if self._tasks.get(run.id) is run and not run.failed:
+            await self._publish(TaskStatus(run.id, state, self.worker_id, self.generation))
 
     def _start_overdue(self, run: _TaskRun) -> None:
         if run.started or run.failed or run.control.stopping.is_set():
@@ -607,7 +714,7 @@ class Worker:
         if self._abandoned.get(run.id) is run:
             del self._abandoned[run.id]
             log.info("task %s's abandoned execution on %s has ended", run.id, self.worker_id)
-            deferred = self._deferred.pop(run.id, None)
+            deferred = self._deferred.get(run.id)
             if deferred is not None:
                 self._in_background(self._start_deferred(run.id, deferred))
             return
@@ -635,6 +742,9 @@ class Worker:
         )
 
     async def _start_deferred(self, task_id: ConnectorTaskId, deferred: _DeferredStart) -> None:
+        if self._deferred.get(task_id) is not deferred:
+            return  # stopped, restarted or revoked meanwhile
+        del self._deferred[task_id]
         await self.start_task(
             task_id,
             deferred.config,
@@ -649,9 +759,13 @@ class Worker:
         An execution that has not ended by then is abandoned: its thread goes on until
         it returns, and a new start of that task here waits for it.
         """
-        for task_id in task_ids:
-            self._deferred.pop(task_id, None)
+        held_back = [t for t in task_ids if self._deferred.pop(t, None) is not None]
         stopping = [self._tasks.pop(t) for t in task_ids if t in self._tasks]
+        if destroyed:
+            for task_id in held_back:
+                await self._publish(
+                    TaskStatus(task_id, State.DESTROYED, self.worker_id, self.generation)
+                )
         for run in stopping:
             run.control.stop()
         waits = [run.ended for run in stopping if run.ended and not run.ended.done()]
@@ -679,6 +793,9 @@ class Worker:
             log.info("task %s stopped on %s", run.id, self.worker_id)
 
     async def set_task_target(self, task_id: ConnectorTaskId, target: TargetState) -> None:
+        deferred = self._deferred.get(task_id)
+        if deferred is not None:
+            deferred.target = target
         run = self._tasks.get(task_id)
         if run is None or run.failed:
             return
@@ -787,6 +904,13 @@ class Worker:
             closing = close()
             if inspect.isawaitable(closing):
                 await closing
+
+
+def _quietly(what: str, fn: Callable[[], object]) -> None:
+    try:
+        fn()
+    except Exception:
+        log.exception("%s failed", what)
 
 
 def _state_of(target: TargetState) -> State:

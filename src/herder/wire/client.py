@@ -155,6 +155,10 @@ class WireClient:
         after ``timeout`` seconds, or :class:`ConnectionClosed` if the connection drops.
         """
         if not self.connected:
+            if self._closed:
+                # close() was called: whoever still holds this client must not bring
+                # back a connection its owner let go (connect() opens one on purpose)
+                raise ConnectionClosed(f"the connection to {self.address} was closed")
             await self.connect()
         negotiated = self.versions.get(api.key)
         if negotiated is None:
