@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from herder.coordinator import apis
+from herder.coordinator import messages as m
 from herder.coordinator.client import CoordinatorClient, Generation, GroupMember
 from herder.coordinator.offsets import TopicPartition
 from herder.errors import IllegalGeneration
@@ -96,6 +98,51 @@ def test_members_form_a_generation_and_rebalance_on_leave(ensemble_server: Serve
         assert await admin.init_fencing("task-a") == 1
         await admin.close()
         for mbr in members[:2]:
+            await mbr.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_member_that_leaves_stays_out_until_asked_to_rejoin(
+    ensemble_server: ServerHandle,
+) -> None:
+    # what a Connect leader does before backing off when it cannot read the config log
+    async def scenario() -> None:
+        recs = [Recorder() for _ in range(2)]
+        members = [member(ensemble_server, r) for r in recs]
+        for mbr in members:
+            await mbr.start()
+        for mbr in members:
+            await mbr.wait_stable(20)
+        admin = CoordinatorClient(ensemble_server.bootstrap)
+
+        async def described() -> m.DescribedGroup:
+            reply = await admin.request(
+                apis.DESCRIBE_GROUPS, m.DescribeGroupsRequest(group_ids=["g1"])
+            )
+            return reply.groups[0]
+
+        leaving = members[0]
+        gone_id = leaving.member_id
+        await leaving.leave_group()
+        assert leaving.generation is None
+        # the other rebalances without it at once, not after a session timeout
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            group = await described()
+            if group.state == "Stable" and [x.member_id for x in group.members] == [
+                members[1].member_id
+            ]:
+                break
+            assert asyncio.get_running_loop().time() < deadline, group
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)  # three heartbeat intervals: it has not come back
+        assert gone_id not in [x.member_id for x in (await described()).members]
+        leaving.request_rejoin()
+        await leaving.wait_stable(20)
+        assert len((await described()).members) == 2
+        await admin.close()
+        for mbr in members:
             await mbr.close()
 
     asyncio.run(scenario())

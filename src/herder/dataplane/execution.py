@@ -137,7 +137,8 @@ class TaskExecutions:
         await asyncio.shield(self._opened)
 
     async def _open(self) -> None:
-        await self.client.start()
+        if not self.client.session_id:  # tried again after a failure: started already
+            await self.client.start()
         await self.client.create_log(BATCHES_LOG, compacted=True, if_absent=True)
         await self.offsets.start()
         await self.batches.start()

@@ -254,6 +254,11 @@ class DistributedHerder:
         )
         await self.member.start()
         self._loop_task = asyncio.create_task(self._run(), name=f"herder-{self.worker_id}")
+        # what the tasks share (and the retention passes every worker runs), opened now
+        # rather than by the first task
+        open_executions = getattr(self.worker.execution_factory, "open", None)
+        if callable(open_executions):
+            self._in_background(open_executions())
         log.info(
             "worker %s started, REST at %s, group %s", self.worker_id, url, self.config.group_id
         )
