@@ -180,3 +180,26 @@ def test_a_client_over_the_connection_limit_is_told_which_and_gets_in_when_it_ca
 
     asyncio.run(scenario())
     assert server.proc is not None and "refusing connection" in server.proc.output()
+
+
+def test_writes_in_flight_when_a_connection_drops_are_all_applied_once(
+    ensemble_server: ServerHandle,
+) -> None:
+    # one session shared by many writers (a worker's tasks): when the connection drops
+    # with several writes in flight, they are sent again in the order of their sequence
+    # numbers, so none is refused as out of order and none applies twice
+    async def scenario() -> None:
+        proxy = AnswerDropper(ensemble_server.port)
+        await proxy.start()
+        async with EnsembleClient(f"127.0.0.1:{proxy.port}", retry_backoff_ms=20) as client:
+            await client.create_log("many")
+            for round_ in range(5):
+                proxy.armed = True
+                values = [b"%d-%d" % (round_, i) for i in range(20)]
+                await asyncio.gather(*(client.append("many", v) for v in values))
+                assert proxy.dropped == round_ + 1
+            records = (await client.read("many", max_records=1000)).records
+            got = [r.value for r in records]
+            assert sorted(got) == sorted(b"%d-%d" % (r, i) for r in range(5) for i in range(20))
+
+    asyncio.run(scenario())
