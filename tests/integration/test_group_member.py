@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
 from herder.coordinator import apis
 from herder.coordinator import messages as m
-from herder.coordinator.client import CoordinatorClient, Generation, GroupMember
+from herder.coordinator.client import (
+    CoordinatorClient,
+    CoordinatorConnections,
+    Generation,
+    GroupMember,
+)
 from herder.coordinator.offsets import TopicPartition
 from herder.errors import IllegalGeneration
-from tests.integration.conftest import ServerHandle
+from tests.harness import Processes
+from tests.integration.conftest import ServerHandle, make_ensemble
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -144,5 +151,38 @@ def test_a_member_that_leaves_stays_out_until_asked_to_rejoin(
         await admin.close()
         for mbr in members:
             await mbr.close()
+
+    asyncio.run(scenario())
+
+
+def test_members_sharing_connections_start_together(processes: Processes, tmp_path: Path) -> None:
+    # a worker's sink tasks start at once over one set of connections, to an ensemble of
+    # three: none may use a connection another is still opening (it would find no
+    # coordinator APIs on it, and fail for good)
+    ensemble = make_ensemble(processes, tmp_path, 3).start()
+
+    async def scenario() -> None:
+        connections = CoordinatorConnections(ensemble.bootstrap)
+        members = [
+            GroupMember(
+                ensemble.bootstrap,
+                f"shared-{i}",
+                protocol_type="test",
+                protocols=lambda: [("rr", b"")],
+                assign=round_robin,
+                on_assigned=Recorder().assigned,
+                session_timeout_ms=6000,
+                heartbeat_interval_ms=300,
+                connections=connections,
+            )
+            for i in range(40)
+        ]
+        await asyncio.gather(*(mbr.start() for mbr in members))
+        await asyncio.gather(*(mbr.wait_stable(30) for mbr in members))
+        assert all(mbr.failure is None for mbr in members)
+        assert connections.open <= 3, "a connection per server at most, shared"
+        for mbr in members:
+            await mbr.close()
+        await connections.close()
 
     asyncio.run(scenario())

@@ -92,8 +92,17 @@ class CoordinatorConnections:
         #: every wire made, in use or forgotten, for close() to end them all
         self._made: list[WireClient] = []
 
-    async def _wire(self, host: str, port: int) -> WireClient:
+    async def _wire(self, host: str, port: int, needs: Api[Any, Any]) -> WireClient:
+        """A connection to ``host:port`` that serves ``needs``. What a server serves
+        changes with its role (the coordinator's APIs are the leader's), and a
+        connection speaks what its server served when it was opened: one opened before
+        is opened anew."""
         wire = self._wires.get((host, port))
+        if wire is not None and wire.connected and needs.key not in wire.versions:
+            del self._wires[(host, port)]
+            await wire.close()
+            self._made.remove(wire)
+            wire = None
         if wire is None:
             wire = WireClient(
                 host,
@@ -113,7 +122,7 @@ class CoordinatorConnections:
         last: Exception | None = None
         for host, port in random.sample(self.servers, len(self.servers)):
             try:
-                probe = await self._wire(host, port)
+                probe = await self._wire(host, port, apis.FIND_COORDINATOR)
                 found = await probe.request(
                     apis.FIND_COORDINATOR, apis.FindCoordinatorRequest(key=key), timeout=5
                 )
@@ -123,7 +132,7 @@ class CoordinatorConnections:
             if found.error_code != ErrorCode.NONE:
                 last = CoordinatorNotAvailable(found.error_message or "no coordinator")
                 continue
-            return await self._wire(found.host, found.port)
+            return await self._wire(found.host, found.port, apis.JOIN_GROUP)
         raise CoordinatorNotAvailable(
             f"no group coordinator reachable for {what or repr(key)}: {last}"
         )

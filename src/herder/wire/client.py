@@ -93,6 +93,7 @@ class WireClient:
         self._protocol: _ClientProtocol | None = None
         self._pending: dict[int, tuple[int, asyncio.Future[Any]]] = {}
         self._correlation = itertools.count(1)
+        self._negotiated = False
         #: why the server refused this connection, if it said so
         self._refusal: HerderError | None = None
         self._connect_lock = asyncio.Lock()
@@ -104,6 +105,12 @@ class WireClient:
 
     @property
     def connected(self) -> bool:
+        """Connected, with the versions negotiated (a connection still negotiating is
+        not: a request sent meanwhile would find none of its APIs)."""
+        return self._transport_open and self._negotiated
+
+    @property
+    def _transport_open(self) -> bool:
         p = self._protocol
         return p is not None and p.transport is not None and not p.transport.is_closing()
 
@@ -112,6 +119,7 @@ class WireClient:
         async with self._connect_lock:
             if self.connected:
                 return
+            self._negotiated = False
             self._closed = False
             loop = asyncio.get_running_loop()
             try:
@@ -140,6 +148,7 @@ class WireClient:
                 if top >= max(ours.min_version, theirs.min_version):
                     versions[theirs.api] = top
             self.versions = versions
+            self._negotiated = True
 
     async def request(
         self,
