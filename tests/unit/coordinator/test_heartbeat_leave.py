@@ -72,17 +72,34 @@ def test_heartbeats_during_preparing_rebalance_extend_the_session() -> None:
     assert h.group("g").has(follower)
 
 
-def test_heartbeat_while_completing_rebalance_asks_to_rejoin_and_keeps_alive() -> None:
+def test_heartbeat_while_completing_rebalance_is_fine_and_keeps_alive() -> None:
     h = Harness()
     formed = h.form_group("g", 2, sync=False)
     follower = formed.followers[0]
     for _ in range(2):
         h.advance(SESSION_MS - 1)
         h.heartbeat("g", formed.leader, formed.generation)
-        assert h.heartbeat("g", follower, formed.generation).error == (
-            ErrorCode.REBALANCE_IN_PROGRESS
-        )
+        assert h.heartbeat("g", follower, formed.generation).error == ErrorCode.NONE
+    assert h.state() is GroupState.COMPLETING_REBALANCE
     assert h.group("g").has(follower)
+
+
+def test_heartbeat_while_completing_rebalance_checks_member_and_generation() -> None:
+    h = Harness()
+    formed = h.form_group("g", 2, sync=False)
+    stale = formed.followers[0]
+    assert h.heartbeat("g", "ghost", formed.generation).error == ErrorCode.UNKNOWN_MEMBER_ID
+    for _ in range(2):
+        h.advance(SESSION_MS // 2 - 1)
+        h.heartbeat("g", formed.leader, formed.generation)
+        assert h.heartbeat("g", stale, formed.generation - 1).error == (
+            ErrorCode.ILLEGAL_GENERATION
+        )
+    # a heartbeat for another generation is no sign of life: the session ends on time
+    assert h.group("g").has(stale)
+    h.advance(2)
+    assert not h.group("g").has(stale)
+    assert h.state() is GroupState.PREPARING_REBALANCE
 
 
 def test_heartbeat_with_a_wrong_generation_is_illegal() -> None:
