@@ -63,7 +63,6 @@ from herder.coordinator.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
-    first_error,
 )
 from herder.coordinator.offset_commits import OffsetCommits
 from herder.coordinator.offsets import OffsetAndMetadata, TopicPartition
@@ -314,20 +313,29 @@ class GroupCoordinator:
         now_ms: int,
         respond: Callable[[LeaveGroupResponse], None],
     ) -> None:
+        """Remove each named member; one unknown member does not stop the others.
+
+        As in Kafka's LeaveGroup v3+, the top-level code is only for a request that
+        failed as a whole (not the coordinator, loading, invalid group id); whether
+        each member left is in its own result.
+        """
         with self._ctx.step(now_ms):
             error = self._refusal(request.group_id)
+            if error is not None:
+                members = [LeftMember(member_id=m, error_code=error) for m in request.member_ids]
+                self._ctx.reply(respond, LeaveGroupResponse(error_code=error, members=members))
+                return
             group = self._groups.get(request.group_id)
-            members = []
-            for member_id in request.member_ids:
-                if error is not None:
-                    code = error
-                elif group is None:
-                    code = ErrorCode.UNKNOWN_MEMBER_ID
-                else:
-                    code = self._membership.leave(group, member_id)
-                members.append(LeftMember(member_id=member_id, error_code=code))
-            top = error if error is not None else first_error(m.error_code for m in members)
-            self._ctx.reply(respond, LeaveGroupResponse(error_code=top, members=members))
+            members = [
+                LeftMember(
+                    member_id=member_id,
+                    error_code=ErrorCode.UNKNOWN_MEMBER_ID
+                    if group is None
+                    else self._membership.leave(group, member_id),
+                )
+                for member_id in request.member_ids
+            ]
+            self._ctx.reply(respond, LeaveGroupResponse(members=members))
 
     # -- offsets -------------------------------------------------------------------
 
