@@ -96,7 +96,12 @@ class GroupCoordinator:
         self._rebalancer = Rebalancer(self._ctx)
         self._membership = Membership(self._ctx, self._rebalancer)
         self._offsets = OffsetCommits(self._ctx, self._groups, self._rebalancer)
-        self._admin = GroupAdmin(self._ctx, self._groups, self._rebalancer, self._refusal)
+        self._admin = GroupAdmin(
+            self._ctx,
+            self._groups,
+            self._rebalancer,
+            lambda group_id: self._refusal(group_id, empty_id_allowed=True),
+        )
         self._fencing = FencingEpochs()
         self._status = CoordinatorStatus.INACTIVE
         self._handlers: dict[type[Any], Callable[[Any, int, Callable[[Any], None]], None]] = {
@@ -234,11 +239,18 @@ class GroupCoordinator:
             self._status = CoordinatorStatus.INACTIVE
             log.info("group coordinator inactive: all groups unloaded")
 
-    def _refusal(self, group_id: str | None) -> ErrorCode | None:
-        """Why this coordinator cannot serve a request now (None if it can)."""
+    def _refusal(self, group_id: str | None, *, empty_id_allowed: bool = False) -> ErrorCode | None:
+        """Why this coordinator cannot serve a request for ``group_id`` now (None if it can).
+
+        The group id "" is refused only where a group means a membership (JoinGroup,
+        SyncGroup, Heartbeat, LeaveGroup). As in Kafka, requests about a group's stored
+        state accept it (``empty_id_allowed``): OffsetCommit and OffsetFetch, for
+        clients that keep offsets without a group, and DescribeGroups and DeleteGroups,
+        so that state can be seen and removed.
+        """
         if self._status is CoordinatorStatus.INACTIVE:
             return ErrorCode.NOT_COORDINATOR
-        if group_id is not None and not group_id:
+        if group_id is not None and not group_id and not empty_id_allowed:
             return ErrorCode.INVALID_GROUP_ID
         if self._status is CoordinatorStatus.LOADING:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -346,7 +358,7 @@ class GroupCoordinator:
         respond: Callable[[OffsetCommitResponse], None],
     ) -> None:
         with self._ctx.step(now_ms):
-            error = self._refusal(request.group_id)
+            error = self._refusal(request.group_id, empty_id_allowed=True)
             if error is not None:
                 self._ctx.reply(respond, self._offsets.refuse_commit(request, error))
             else:
@@ -359,7 +371,7 @@ class GroupCoordinator:
         respond: Callable[[OffsetFetchResponse], None],
     ) -> None:
         with self._ctx.step(now_ms):
-            error = self._refusal(request.group_id)
+            error = self._refusal(request.group_id, empty_id_allowed=True)
             if error is not None:
                 self._ctx.reply(respond, OffsetFetchResponse(error_code=error))
             else:

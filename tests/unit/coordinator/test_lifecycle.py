@@ -85,10 +85,33 @@ def test_a_loading_coordinator_asks_to_retry(name: str) -> None:
     assert send(coordinator, requests("g")[name]) == expected
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("list", "fence")])
-def test_an_empty_group_id_is_invalid_for_every_group_request(name: str) -> None:
+MEMBERSHIP_REQUESTS = ["join", "sync", "heartbeat", "leave"]
+
+
+@pytest.mark.parametrize("name", MEMBERSHIP_REQUESTS)
+def test_an_empty_group_id_is_invalid_for_membership_requests(name: str) -> None:
     h = Harness()
     assert send(h.coordinator, requests("")[name]) == ErrorCode.INVALID_GROUP_ID
+
+
+@pytest.mark.parametrize("name", ["commit", "fetch", "describe"])
+def test_an_empty_group_id_is_served_for_offsets_and_describe(name: str) -> None:
+    h = Harness()
+    assert send(h.coordinator, requests("")[name]) == ErrorCode.NONE
+
+
+def test_the_group_with_the_empty_id_keeps_offsets_across_a_reload_and_can_be_deleted() -> None:
+    h = Harness()
+    assert h.delete("").value.results[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert h.commit("", {("t", 0): 7}).error == ErrorCode.NONE
+    assert h.fetched("") == {("t", 0): 7}
+    assert h.describe("").value.groups[0].state == "Empty"
+    coordinator, _ = loaded_copy(h, h.now)
+    fetch: Reply[Any] = Reply()
+    coordinator.fetch_offsets(OffsetFetchRequest(group_id=""), h.now, fetch)
+    assert [(o.topic, o.partition, o.offset) for o in fetch.value.offsets] == [("t", 0, 7)]
+    assert h.delete("").error == ErrorCode.NONE
+    assert h.fetched("") == {} and h.coordinator.group("") is None
 
 
 def loaded_copy(h: Harness, now_ms: int) -> tuple[GroupCoordinator, FakeStore]:
