@@ -93,6 +93,8 @@ class GroupCoordinator:
         self.config = config or CoordinatorConfig()
         self._ctx = CoordinatorContext(self.config, store, random)
         self._groups: dict[str, Group] = {}
+        #: groups unloaded one by one (``unload_group``): served elsewhere now
+        self._unloaded: set[str] = set()
         self._rebalancer = Rebalancer(self._ctx)
         self._membership = Membership(self._ctx, self._rebalancer)
         self._offsets = OffsetCommits(self._ctx, self._groups, self._rebalancer)
@@ -176,10 +178,14 @@ class GroupCoordinator:
         """Take a group read back from ``_groups`` (see ``records.collect_groups``).
 
         Its members get a full session from ``now_ms``: they may have heartbeated to
-        the previous coordinator a moment ago, and must not be expired for it.
+        the previous coordinator a moment ago, and must not be expired for it. A group
+        is loaded once: loading it again would leave the first copy's timers running
+        against a group nobody serves, so it is refused.
         """
         if self._status is not CoordinatorStatus.LOADING:
             raise RuntimeError(f"cannot load group {group_id} while {self._status.value}")
+        if group_id in self._groups:
+            raise ValueError(f"group {group_id} is already loaded")
         with self._ctx.step(now_ms):
             if record is not None and record.group_id != group_id:
                 raise ValueError(f"record of group {record.group_id} loaded as {group_id}")
@@ -191,6 +197,7 @@ class GroupCoordinator:
                 group = Group(group_id, since)
             group.offsets.load(offsets)
             self._groups[group_id] = group
+            self._unloaded.discard(group_id)
             self._rebalancer.start_sessions(group)
             log.info(
                 "loaded group %s: %s, generation %d, %d members, %d offsets",
@@ -220,8 +227,15 @@ class GroupCoordinator:
             )
 
     def unload_group(self, group_id: str) -> None:
-        """Stop serving one group: its parked requests get NOT_COORDINATOR, it is Dead."""
+        """Stop serving one group: its parked requests get NOT_COORDINATOR, it is Dead.
+
+        From then on every request for it is answered NOT_COORDINATOR (as Kafka does
+        for a group whose partition emigrated), rather than starting it afresh at
+        generation 0 beside the copy its new coordinator serves. Loading it again, or
+        ``unload_all``, ends that.
+        """
         with self._ctx.step():
+            self._unloaded.add(group_id)
             group = self._groups.pop(group_id, None)
             if group is not None:
                 self._rebalancer.retire(group, ErrorCode.NOT_COORDINATOR)
@@ -233,6 +247,7 @@ class GroupCoordinator:
             for group_id in list(self._groups):
                 group = self._groups.pop(group_id)
                 self._rebalancer.retire(group, ErrorCode.NOT_COORDINATOR)
+            self._unloaded.clear()
             # a fresh registry: a bump completing after this lands in the old one
             self._fencing = FencingEpochs()
             self._ctx.timers.clear()
@@ -248,7 +263,7 @@ class GroupCoordinator:
         clients that keep offsets without a group, and DescribeGroups and DeleteGroups,
         so that state can be seen and removed.
         """
-        if self._status is CoordinatorStatus.INACTIVE:
+        if self._status is CoordinatorStatus.INACTIVE or group_id in self._unloaded:
             return ErrorCode.NOT_COORDINATOR
         if group_id is not None and not group_id and not empty_id_allowed:
             return ErrorCode.INVALID_GROUP_ID

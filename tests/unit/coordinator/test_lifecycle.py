@@ -207,6 +207,45 @@ def test_unloading_one_group_leaves_the_others_served() -> None:
     assert h.heartbeat("kept", kept.leader, kept.generation).error == ErrorCode.NONE
 
 
+def test_an_unloaded_group_is_not_served_until_it_is_loaded_again() -> None:
+    h = Harness()
+    gone = h.form_group("gone", 1)
+    h.commit("gone", {("t", 0): 5}, member_id=gone.leader, generation=gone.generation)
+    h.coordinator.unload_group("gone")
+    for name, request in requests("gone").items():
+        if name not in ("list", "fence"):
+            assert send(h.coordinator, request) == ErrorCode.NOT_COORDINATOR, name
+    assert h.join("gone").error == ErrorCode.NOT_COORDINATOR
+    assert h.coordinator.group("gone") is None
+    assert "gone" not in [g.group_id for g in h.list_groups().value.groups]
+    # leadership lost and won back: the group is loaded, and served, again
+    h.coordinator.unload_all()
+    h.coordinator.begin_loading(h.now)
+    for stored in collect_groups(h.store.groups_log).values():
+        h.coordinator.load_group(stored.group_id, stored.record, stored.offsets, h.now)
+    h.coordinator.finish_loading(h.now)
+    assert h.heartbeat("gone", gone.leader, gone.generation).error == ErrorCode.NONE
+    assert h.fetched("gone") == {("t", 0): 5}
+
+
+def test_loading_a_group_twice_is_refused_and_keeps_the_first_copy_timed() -> None:
+    h = Harness()
+    formed = h.form_group("g", 1)
+    stored = collect_groups(h.store.groups_log)["g"]
+    coordinator = GroupCoordinator(FakeStore(), random=Random(1))
+    coordinator.begin_loading(h.now)
+    coordinator.load_group("g", stored.record, stored.offsets, h.now)
+    first = coordinator.group("g")
+    with pytest.raises(ValueError, match="group g is already loaded"):
+        coordinator.load_group("g", stored.record, stored.offsets, h.now + 1)
+    coordinator.finish_loading(h.now)
+    assert coordinator.group("g") is first and first is not None
+    assert first.member_ids == [formed.leader]
+    coordinator.tick(h.now + SESSION_MS)
+    # the one copy's session timer expired its silent member
+    assert first.member_ids == [] and first.state is GroupState.EMPTY
+
+
 def test_a_coordinator_can_serve_again_after_losing_leadership() -> None:
     h = Harness()
     formed = h.form_group("g", 1)
