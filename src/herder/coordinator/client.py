@@ -255,12 +255,12 @@ class GroupMember:
         member_id, self.member_id = self.member_id, m.NO_MEMBER_ID
         if member_id and self._coordinator is not None:
             try:
-                await self._coordinator.request(
+                reply = await self._coordinator.request(
                     apis.LEAVE_GROUP,
                     m.LeaveGroupRequest(group_id=self.group_id, member_ids=[member_id]),
                     timeout=5,
                 )
-                log.info("member %s left group %s", member_id, self.group_id)
+                _log_left(reply, member_id, self.group_id)
             except (HerderError, OSError) as exc:
                 # its session expires instead: the group rebalances a little later
                 log.info("member %s could not leave group %s: %s", member_id, self.group_id, exc)
@@ -277,12 +277,12 @@ class GroupMember:
                     await task
         if leave and self.member_id and self._coordinator is not None:
             with contextlib.suppress(HerderError, OSError):
-                await self._coordinator.request(
+                reply = await self._coordinator.request(
                     apis.LEAVE_GROUP,
                     m.LeaveGroupRequest(group_id=self.group_id, member_ids=[self.member_id]),
                     timeout=5,
                 )
-                log.info("member %s left group %s", self.member_id, self.group_id)
+                _log_left(reply, self.member_id, self.group_id)
         self._coordinator = None
         if self._owns_connections:
             await self._connections.close()
@@ -557,3 +557,12 @@ class CoordinatorClient:
 
 async def _nothing(*_: object) -> None:
     return None
+
+
+def _log_left(reply: m.LeaveGroupResponse, member_id: str, group_id: str) -> None:
+    code = ErrorCode(reply.member_error(member_id))
+    if code == ErrorCode.NONE:
+        log.info("member %s left group %s", member_id, group_id)
+    else:
+        # e.g. UNKNOWN_MEMBER_ID: its session had already ended; the group is without it
+        log.info("member %s leaving group %s: %s", member_id, group_id, code.name)

@@ -63,7 +63,6 @@ from herder.coordinator.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
-    first_error,
 )
 from herder.coordinator.offset_commits import OffsetCommits
 from herder.coordinator.offsets import OffsetAndMetadata, TopicPartition
@@ -94,10 +93,17 @@ class GroupCoordinator:
         self.config = config or CoordinatorConfig()
         self._ctx = CoordinatorContext(self.config, store, random)
         self._groups: dict[str, Group] = {}
+        #: groups unloaded one by one (``unload_group``): served elsewhere now
+        self._unloaded: set[str] = set()
         self._rebalancer = Rebalancer(self._ctx)
         self._membership = Membership(self._ctx, self._rebalancer)
         self._offsets = OffsetCommits(self._ctx, self._groups, self._rebalancer)
-        self._admin = GroupAdmin(self._ctx, self._groups, self._rebalancer, self._refusal)
+        self._admin = GroupAdmin(
+            self._ctx,
+            self._groups,
+            self._rebalancer,
+            lambda group_id: self._refusal(group_id, empty_id_allowed=True),
+        )
         self._fencing = FencingEpochs()
         self._status = CoordinatorStatus.INACTIVE
         self._handlers: dict[type[Any], Callable[[Any, int, Callable[[Any], None]], None]] = {
@@ -172,10 +178,14 @@ class GroupCoordinator:
         """Take a group read back from ``_groups`` (see ``records.collect_groups``).
 
         Its members get a full session from ``now_ms``: they may have heartbeated to
-        the previous coordinator a moment ago, and must not be expired for it.
+        the previous coordinator a moment ago, and must not be expired for it. A group
+        is loaded once: loading it again would leave the first copy's timers running
+        against a group nobody serves, so it is refused.
         """
         if self._status is not CoordinatorStatus.LOADING:
             raise RuntimeError(f"cannot load group {group_id} while {self._status.value}")
+        if group_id in self._groups:
+            raise ValueError(f"group {group_id} is already loaded")
         with self._ctx.step(now_ms):
             if record is not None and record.group_id != group_id:
                 raise ValueError(f"record of group {record.group_id} loaded as {group_id}")
@@ -187,6 +197,7 @@ class GroupCoordinator:
                 group = Group(group_id, since)
             group.offsets.load(offsets)
             self._groups[group_id] = group
+            self._unloaded.discard(group_id)
             self._rebalancer.start_sessions(group)
             log.info(
                 "loaded group %s: %s, generation %d, %d members, %d offsets",
@@ -216,8 +227,15 @@ class GroupCoordinator:
             )
 
     def unload_group(self, group_id: str) -> None:
-        """Stop serving one group: its parked requests get NOT_COORDINATOR, it is Dead."""
+        """Stop serving one group: its parked requests get NOT_COORDINATOR, it is Dead.
+
+        From then on every request for it is answered NOT_COORDINATOR (as Kafka does
+        for a group whose partition emigrated), rather than starting it afresh at
+        generation 0 beside the copy its new coordinator serves. Loading it again, or
+        ``unload_all``, ends that.
+        """
         with self._ctx.step():
+            self._unloaded.add(group_id)
             group = self._groups.pop(group_id, None)
             if group is not None:
                 self._rebalancer.retire(group, ErrorCode.NOT_COORDINATOR)
@@ -229,17 +247,25 @@ class GroupCoordinator:
             for group_id in list(self._groups):
                 group = self._groups.pop(group_id)
                 self._rebalancer.retire(group, ErrorCode.NOT_COORDINATOR)
+            self._unloaded.clear()
             # a fresh registry: a bump completing after this lands in the old one
             self._fencing = FencingEpochs()
             self._ctx.timers.clear()
             self._status = CoordinatorStatus.INACTIVE
             log.info("group coordinator inactive: all groups unloaded")
 
-    def _refusal(self, group_id: str | None) -> ErrorCode | None:
-        """Why this coordinator cannot serve a request now (None if it can)."""
-        if self._status is CoordinatorStatus.INACTIVE:
+    def _refusal(self, group_id: str | None, *, empty_id_allowed: bool = False) -> ErrorCode | None:
+        """Why this coordinator cannot serve a request for ``group_id`` now (None if it can).
+
+        The group id "" is refused only where a group means a membership (JoinGroup,
+        SyncGroup, Heartbeat, LeaveGroup). As in Kafka, requests about a group's stored
+        state accept it (``empty_id_allowed``): OffsetCommit and OffsetFetch, for
+        clients that keep offsets without a group, and DescribeGroups and DeleteGroups,
+        so that state can be seen and removed.
+        """
+        if self._status is CoordinatorStatus.INACTIVE or group_id in self._unloaded:
             return ErrorCode.NOT_COORDINATOR
-        if group_id is not None and not group_id:
+        if group_id is not None and not group_id and not empty_id_allowed:
             return ErrorCode.INVALID_GROUP_ID
         if self._status is CoordinatorStatus.LOADING:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -314,20 +340,29 @@ class GroupCoordinator:
         now_ms: int,
         respond: Callable[[LeaveGroupResponse], None],
     ) -> None:
+        """Remove each named member; one unknown member does not stop the others.
+
+        As in Kafka's LeaveGroup v3+, the top-level code is only for a request that
+        failed as a whole (not the coordinator, loading, invalid group id); whether
+        each member left is in its own result.
+        """
         with self._ctx.step(now_ms):
             error = self._refusal(request.group_id)
+            if error is not None:
+                members = [LeftMember(member_id=m, error_code=error) for m in request.member_ids]
+                self._ctx.reply(respond, LeaveGroupResponse(error_code=error, members=members))
+                return
             group = self._groups.get(request.group_id)
-            members = []
-            for member_id in request.member_ids:
-                if error is not None:
-                    code = error
-                elif group is None:
-                    code = ErrorCode.UNKNOWN_MEMBER_ID
-                else:
-                    code = self._membership.leave(group, member_id)
-                members.append(LeftMember(member_id=member_id, error_code=code))
-            top = error if error is not None else first_error(m.error_code for m in members)
-            self._ctx.reply(respond, LeaveGroupResponse(error_code=top, members=members))
+            members = [
+                LeftMember(
+                    member_id=member_id,
+                    error_code=ErrorCode.UNKNOWN_MEMBER_ID
+                    if group is None
+                    else self._membership.leave(group, member_id),
+                )
+                for member_id in request.member_ids
+            ]
+            self._ctx.reply(respond, LeaveGroupResponse(members=members))
 
     # -- offsets -------------------------------------------------------------------
 
@@ -338,7 +373,7 @@ class GroupCoordinator:
         respond: Callable[[OffsetCommitResponse], None],
     ) -> None:
         with self._ctx.step(now_ms):
-            error = self._refusal(request.group_id)
+            error = self._refusal(request.group_id, empty_id_allowed=True)
             if error is not None:
                 self._ctx.reply(respond, self._offsets.refuse_commit(request, error))
             else:
@@ -351,7 +386,7 @@ class GroupCoordinator:
         respond: Callable[[OffsetFetchResponse], None],
     ) -> None:
         with self._ctx.step(now_ms):
-            error = self._refusal(request.group_id)
+            error = self._refusal(request.group_id, empty_id_allowed=True)
             if error is not None:
                 self._ctx.reply(respond, OffsetFetchResponse(error_code=error))
             else:

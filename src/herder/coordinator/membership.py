@@ -214,20 +214,19 @@ class Membership:
     # -- Heartbeat and LeaveGroup ----------------------------------------------------
 
     def heartbeat(self, group: Group, request: HeartbeatRequest) -> ErrorCode:
-        """The seed's answers; every known member's heartbeat also extends its session.
+        """Today's Kafka answers: the member and its generation are checked first.
 
-        The seed does not extend the session during CompletingRebalance; herder does,
-        since the member has just shown it is alive.
+        Only a member of the current generation shows it is alive (its session starts
+        over); a stale or unknown one is told so and gains nothing. During
+        CompletingRebalance a current member hears NONE: it has its join response and
+        is on its way to SyncGroup (or already waiting there), so there is nothing to
+        rejoin for.
         """
         if group.is_in(GroupState.EMPTY, GroupState.DEAD) or not group.has(request.member_id):
             return ErrorCode.UNKNOWN_MEMBER_ID
-        member = group.get(request.member_id)
-        if group.is_in(COMPLETING):
-            self._rebalancer.schedule_session(group, member)
-            return ErrorCode.REBALANCE_IN_PROGRESS
         if request.generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
-        self._rebalancer.schedule_session(group, member)
+        self._rebalancer.schedule_session(group, group.get(request.member_id))
         return ErrorCode.REBALANCE_IN_PROGRESS if group.is_in(PREPARING) else ErrorCode.NONE
 
     def leave(self, group: Group, member_id: str) -> ErrorCode:

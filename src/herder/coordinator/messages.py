@@ -10,6 +10,8 @@ Where a request names several things (partitions, groups, leaving members) each 
 also gets its own code, and the top-level code is the first item's error, so a client
 that sent one item can read the top-level code alone. An error about the coordinator
 itself (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) is set on every item too.
+LeaveGroup is the exception, as in Kafka's v3+: its top-level code says only whether
+the request failed as a whole, and each member's fate is in its own result.
 """
 
 from __future__ import annotations
@@ -108,8 +110,16 @@ class LeftMember(msgspec.Struct, kw_only=True):
 
 
 class LeaveGroupResponse(msgspec.Struct, kw_only=True):
+    #: NONE unless the request failed as a whole; see ``members`` for each member
     error_code: int = ErrorCode.NONE
     members: list[LeftMember] = []
+
+    def member_error(self, member_id: str) -> int:
+        """Whether ``member_id`` left: the request's error, else that member's own."""
+        if self.error_code != ErrorCode.NONE:
+            return self.error_code
+        codes = (m.error_code for m in self.members if m.member_id == member_id)
+        return next(codes, ErrorCode.UNKNOWN_MEMBER_ID)
 
 
 class OffsetCommitPartition(msgspec.Struct, kw_only=True):

@@ -4,8 +4,10 @@ All of them are timers on the coordinator's one queue:
 
 * the **delayed join** of a group in PreparingRebalance: completes as soon as every
   member (and every holder of a freshly issued member id) has rejoined, or at the
-  largest rebalance timeout, when the members that did not rejoin are removed; for a
-  new group it first waits out ``group.initial.rebalance.delay.ms``;
+  largest rebalance timeout, when the members that did not rejoin are removed; for an
+  Empty group it first waits out ``group.initial.rebalance.delay.ms`` (every Empty
+  group, as in Kafka, not only one that never had a generation: members coming back
+  to an emptied group arrive one by one just the same);
 * the **session timer** of each member (the seed's delayed heartbeat): expires the
   member unless it heartbeats, commits, or is awaiting a join or sync response;
 * the **pending member** timer of each id handed out with MEMBER_ID_REQUIRED: forgets
@@ -48,7 +50,7 @@ class Rebalancer:
             self.fail_pending_syncs(group, ErrorCode.REBALANCE_IN_PROGRESS)
         self._cancel_sync_deadline(group)
         delay = self._ctx.config.group_initial_rebalance_delay_ms
-        first_rebalance = group.is_in(GroupState.EMPTY) and delay > 0
+        from_empty = group.is_in(GroupState.EMPTY) and delay > 0
         group.transition_to(PREPARING, self._ctx.now_ms)
         log.info(
             "group %s preparing to rebalance from generation %d: %s",
@@ -56,8 +58,8 @@ class Rebalancer:
             group.generation_id,
             reason,
         )
-        if first_rebalance:
-            # wait for more members before a new group's first generation (Kafka's
+        if from_empty:
+            # wait for more members before an empty group's next generation (Kafka's
             # InitialDelayedJoin), extending while members keep arriving
             remaining = max(group.rebalance_timeout_ms - delay, 0)
             group.new_member_added = False

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from herder.coordinator import GroupState
+from herder.coordinator.messages import LeaveGroupResponse
 from herder.errors import ErrorCode
 
 from .support import SESSION_MS, Harness
@@ -72,17 +74,34 @@ def test_heartbeats_during_preparing_rebalance_extend_the_session() -> None:
     assert h.group("g").has(follower)
 
 
-def test_heartbeat_while_completing_rebalance_asks_to_rejoin_and_keeps_alive() -> None:
+def test_heartbeat_while_completing_rebalance_is_fine_and_keeps_alive() -> None:
     h = Harness()
     formed = h.form_group("g", 2, sync=False)
     follower = formed.followers[0]
     for _ in range(2):
         h.advance(SESSION_MS - 1)
         h.heartbeat("g", formed.leader, formed.generation)
-        assert h.heartbeat("g", follower, formed.generation).error == (
-            ErrorCode.REBALANCE_IN_PROGRESS
-        )
+        assert h.heartbeat("g", follower, formed.generation).error == ErrorCode.NONE
+    assert h.state() is GroupState.COMPLETING_REBALANCE
     assert h.group("g").has(follower)
+
+
+def test_heartbeat_while_completing_rebalance_checks_member_and_generation() -> None:
+    h = Harness()
+    formed = h.form_group("g", 2, sync=False)
+    stale = formed.followers[0]
+    assert h.heartbeat("g", "ghost", formed.generation).error == ErrorCode.UNKNOWN_MEMBER_ID
+    for _ in range(2):
+        h.advance(SESSION_MS // 2 - 1)
+        h.heartbeat("g", formed.leader, formed.generation)
+        assert h.heartbeat("g", stale, formed.generation - 1).error == (
+            ErrorCode.ILLEGAL_GENERATION
+        )
+    # a heartbeat for another generation is no sign of life: the session ends on time
+    assert h.group("g").has(stale)
+    h.advance(2)
+    assert not h.group("g").has(stale)
+    assert h.state() is GroupState.PREPARING_REBALANCE
 
 
 def test_heartbeat_with_a_wrong_generation_is_illegal() -> None:
@@ -149,16 +168,38 @@ def test_leaving_during_a_rebalance_completes_it_when_the_rest_have_joined() -> 
     assert parked.value.generation_id == formed.generation + 1
 
 
-def test_leave_refuses_strangers_one_by_one() -> None:
+def test_leave_refuses_strangers_one_by_one_and_lets_the_others_leave() -> None:
     h = Harness()
-    formed = h.form_group("g", 1)
+    formed = h.form_group("g", 2)
     reply = h.leave("g", "ghost", formed.leader)
-    assert reply.error == ErrorCode.UNKNOWN_MEMBER_ID
-    assert [m.error_code for m in reply.value.members] == [
-        ErrorCode.UNKNOWN_MEMBER_ID,
-        ErrorCode.NONE,
+    assert reply.error == ErrorCode.NONE
+    assert [(m.member_id, m.error_code) for m in reply.value.members] == [
+        ("ghost", ErrorCode.UNKNOWN_MEMBER_ID),
+        (formed.leader, ErrorCode.NONE),
     ]
-    assert h.leave("nowhere", "m").value.members[0].error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert reply.value.member_error("ghost") == ErrorCode.UNKNOWN_MEMBER_ID
+    assert reply.value.member_error(formed.leader) == ErrorCode.NONE
+    assert h.group("g").member_ids == formed.followers
+    nowhere = h.leave("nowhere", "m")
+    assert nowhere.error == ErrorCode.NONE
+    assert nowhere.value.members[0].error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_leave_reports_a_request_that_failed_as_a_whole_at_the_top() -> None:
+    h = Harness()
+    invalid = h.leave("", "m").value
+    assert invalid.error_code == ErrorCode.INVALID_GROUP_ID
+    assert invalid.member_error("m") == ErrorCode.INVALID_GROUP_ID
+    h.coordinator.unload_all()
+    refused = h.leave("g", "m").value
+    assert refused.error_code == ErrorCode.NOT_COORDINATOR
+
+
+def test_a_leave_response_without_member_results_still_decodes() -> None:
+    old = msgspec.msgpack.encode({"error_code": int(ErrorCode.NOT_COORDINATOR)})
+    response = msgspec.msgpack.decode(old, type=LeaveGroupResponse)
+    assert response.members == []
+    assert response.member_error("m") == ErrorCode.NOT_COORDINATOR
 
 
 def test_a_pending_member_may_leave_before_it_joins() -> None:

@@ -230,6 +230,21 @@ def test_the_initial_rebalance_delay_waits_for_more_members() -> None:
     assert second.value.generation_id == 1
 
 
+def test_the_initial_rebalance_delay_applies_to_every_empty_group_as_in_kafka() -> None:
+    h = Harness(CoordinatorConfig(group_initial_rebalance_delay_ms=3_000))
+    first = h.join("g", h.new_member_id("g", client_id="a"), client_id="a")
+    h.advance(3_000)
+    member = first.value.member_id
+    assert first.value.generation_id == 1
+    h.leave("g", member)
+    assert h.state() is GroupState.EMPTY and h.group().generation_id == 2
+    again = h.join("g", h.new_member_id("g", client_id="b"), client_id="b")
+    h.advance(2_999)
+    assert not again.done
+    h.advance(1)
+    assert again.value.generation_id == 3
+
+
 def test_without_an_initial_delay_the_first_member_forms_a_generation_alone() -> None:
     h = Harness()
     reply = h.join("g", h.new_member_id("g"))

@@ -85,10 +85,33 @@ def test_a_loading_coordinator_asks_to_retry(name: str) -> None:
     assert send(coordinator, requests("g")[name]) == expected
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("list", "fence")])
-def test_an_empty_group_id_is_invalid_for_every_group_request(name: str) -> None:
+MEMBERSHIP_REQUESTS = ["join", "sync", "heartbeat", "leave"]
+
+
+@pytest.mark.parametrize("name", MEMBERSHIP_REQUESTS)
+def test_an_empty_group_id_is_invalid_for_membership_requests(name: str) -> None:
     h = Harness()
     assert send(h.coordinator, requests("")[name]) == ErrorCode.INVALID_GROUP_ID
+
+
+@pytest.mark.parametrize("name", ["commit", "fetch", "describe"])
+def test_an_empty_group_id_is_served_for_offsets_and_describe(name: str) -> None:
+    h = Harness()
+    assert send(h.coordinator, requests("")[name]) == ErrorCode.NONE
+
+
+def test_the_group_with_the_empty_id_keeps_offsets_across_a_reload_and_can_be_deleted() -> None:
+    h = Harness()
+    assert h.delete("").value.results[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert h.commit("", {("t", 0): 7}).error == ErrorCode.NONE
+    assert h.fetched("") == {("t", 0): 7}
+    assert h.describe("").value.groups[0].state == "Empty"
+    coordinator, _ = loaded_copy(h, h.now)
+    fetch: Reply[Any] = Reply()
+    coordinator.fetch_offsets(OffsetFetchRequest(group_id=""), h.now, fetch)
+    assert [(o.topic, o.partition, o.offset) for o in fetch.value.offsets] == [("t", 0, 7)]
+    assert h.delete("").error == ErrorCode.NONE
+    assert h.fetched("") == {} and h.coordinator.group("") is None
 
 
 def loaded_copy(h: Harness, now_ms: int) -> tuple[GroupCoordinator, FakeStore]:
@@ -182,6 +205,45 @@ def test_unloading_one_group_leaves_the_others_served() -> None:
     assert parked.error == ErrorCode.NOT_COORDINATOR
     assert h.coordinator.group("gone") is None
     assert h.heartbeat("kept", kept.leader, kept.generation).error == ErrorCode.NONE
+
+
+def test_an_unloaded_group_is_not_served_until_it_is_loaded_again() -> None:
+    h = Harness()
+    gone = h.form_group("gone", 1)
+    h.commit("gone", {("t", 0): 5}, member_id=gone.leader, generation=gone.generation)
+    h.coordinator.unload_group("gone")
+    for name, request in requests("gone").items():
+        if name not in ("list", "fence"):
+            assert send(h.coordinator, request) == ErrorCode.NOT_COORDINATOR, name
+    assert h.join("gone").error == ErrorCode.NOT_COORDINATOR
+    assert h.coordinator.group("gone") is None
+    assert "gone" not in [g.group_id for g in h.list_groups().value.groups]
+    # leadership lost and won back: the group is loaded, and served, again
+    h.coordinator.unload_all()
+    h.coordinator.begin_loading(h.now)
+    for stored in collect_groups(h.store.groups_log).values():
+        h.coordinator.load_group(stored.group_id, stored.record, stored.offsets, h.now)
+    h.coordinator.finish_loading(h.now)
+    assert h.heartbeat("gone", gone.leader, gone.generation).error == ErrorCode.NONE
+    assert h.fetched("gone") == {("t", 0): 5}
+
+
+def test_loading_a_group_twice_is_refused_and_keeps_the_first_copy_timed() -> None:
+    h = Harness()
+    formed = h.form_group("g", 1)
+    stored = collect_groups(h.store.groups_log)["g"]
+    coordinator = GroupCoordinator(FakeStore(), random=Random(1))
+    coordinator.begin_loading(h.now)
+    coordinator.load_group("g", stored.record, stored.offsets, h.now)
+    first = coordinator.group("g")
+    with pytest.raises(ValueError, match="group g is already loaded"):
+        coordinator.load_group("g", stored.record, stored.offsets, h.now + 1)
+    coordinator.finish_loading(h.now)
+    assert coordinator.group("g") is first and first is not None
+    assert first.member_ids == [formed.leader]
+    coordinator.tick(h.now + SESSION_MS)
+    # the one copy's session timer expired its silent member
+    assert first.member_ids == [] and first.state is GroupState.EMPTY
 
 
 def test_a_coordinator_can_serve_again_after_losing_leadership() -> None:
