@@ -22,6 +22,18 @@ T = TypeVar("T")
 _Job = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
+def _run(job: _Job) -> None:
+    """Carry out one submitted call, its outcome going to its future."""
+    future, fn, args, kwargs = job
+    if future.set_running_or_notify_cancel():
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+
 class DaemonThreadPool(Executor):
     """An executor of daemon threads, one per call in flight, kept a while when idle."""
 
@@ -66,25 +78,12 @@ class DaemonThreadPool(Executor):
                     continue
                 if job is None:
                     return
-                future, fn, args, kwargs = job
-                if future.set_running_or_notify_cancel():
-                    try:
-                        result = fn(*args, **kwargs)
-                    except BaseException as exc:
-                        future.set_exception(exc)
-                    else:
-                        future.set_result(result)
-                del job, future, fn, args, kwargs
+                _run(job)
+                del job  # its result is its caller's: hold nothing while idle
                 self._idle.release()
         finally:
             with self._lock:
                 self._threads.discard(threading.current_thread())
-
-    @property
-    def threads(self) -> int:
-        """Threads alive now (busy or idle)."""
-        with self._lock:
-            return len(self._threads)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Refuse new calls and let the threads go once their calls are done. Never
@@ -166,22 +165,9 @@ class TaskThread:
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
-            future, fn, args, kwargs = job
-            if future.set_running_or_notify_cancel():
-                try:
-                    result = fn(*args, **kwargs)
-                except BaseException as exc:
-                    future.set_exception(exc)
-                else:
-                    future.set_result(result)
-            del job, future, fn, args, kwargs
+            _run(job)
+            del job  # its result is its caller's: hold nothing while idle
         self.on_exit()
-
-    @property
-    def alive(self) -> bool:
-        """Whether the thread is running (a call in progress, or waiting for one)."""
-        thread = self._thread
-        return thread is not None and thread.is_alive()
 
     def close(self) -> None:
         """End the thread once the calls already submitted are done."""

@@ -215,14 +215,6 @@ def _trace(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)).rstrip()
 
 
-@dataclass
-class _Stuck:
-    """A call into connector code that overran its deadline and has not returned."""
-
-    what: str
-    since: float = field(default_factory=time.time)
-
-
 class Worker:
     """Instances of the connectors and tasks assigned to this worker."""
 
@@ -258,8 +250,6 @@ class Worker:
         #: executions that did not stop within the graceful timeout and have not ended
         self._abandoned: dict[ConnectorTaskId, _TaskRun] = {}
         self._deferred: dict[ConnectorTaskId, _DeferredStart] = {}
-        #: calls into connector code that overran their deadline, by connector name
-        self.stuck: dict[str, _Stuck] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Future[None]] = set()
 
@@ -326,8 +316,8 @@ class Worker:
     ) -> T:
         """Run connector code on the connector pool, giving up after its deadline.
 
-        A call that overruns raises :class:`ConnectorCallTimeout`, is logged once naming
-        it, and is remembered in :attr:`stuck` until it returns; it holds up nothing else.
+        A call that overruns raises :class:`ConnectorCallTimeout` and is logged naming it
+        (and again when it returns, if it does); it holds up nothing else.
         ``on_abandon`` gets the call's future if the caller gives up on it (its deadline,
         or the caller cancelled), to clean up after it once it returns.
         """
@@ -351,14 +341,7 @@ class Worker:
                 call,
                 deadline_ms,
             )
-            stuck = self.stuck[name] = _Stuck(call)
-
-            def returned(_: object) -> None:
-                if self.stuck.get(name) is stuck:
-                    del self.stuck[name]
-                    log.info("%s returned at last", call)
-
-            future.add_done_callback(returned)
+            future.add_done_callback(lambda _: log.info("%s returned at last", call))
             setting = (
                 "connector.call.timeout.ms"
                 if timeout_ms is None
@@ -646,12 +629,12 @@ class Worker:
             return False
         loop = asyncio.get_running_loop()
         name = f"task-{task_id.connector}-{task_id.task}"
-        run = _TaskRun(task_id, generation, target, TaskControl(name), ended=loop.create_future())
-        run.control = TaskControl(
+        control = TaskControl(
             name,
             on_started=lambda: self._task_started(run),
             on_thread_exit=lambda: self._call_soon(self._task_ended, run),
         )
+        run = _TaskRun(task_id, generation, target, control, ended=loop.create_future())
         try:
             klass = self.plugins.connector_class(connector_config.get("connector.class", ""))
             task = klass().task_class()()
@@ -686,10 +669,9 @@ class Worker:
         self._in_background(self._publish_started(run))
 
     async def _publish_started(self, run: _TaskRun) -> None:
-        # the state as of the write, not of the start: a pause meanwhile wrote PAUSED
-        state = State.PAUSED if run.control.paused.is_set() else State.RUNNING
-        if self._tasks.get(run.id) is run and not run.failed:
-            await self._publish(TaskStatus(run.id, state, self.worker_id, self.generation))
+        # judged as of the write: a paused task's PAUSED was written by whoever paused it
+        if self._tasks.get(run.id) is run and not run.failed and not run.control.paused.is_set():
+            await self._publish(TaskStatus(run.id, State.RUNNING, self.worker_id, self.generation))
 
     def _start_overdue(self, run: _TaskRun) -> None:
         if run.started or run.failed or run.control.stopping.is_set():
