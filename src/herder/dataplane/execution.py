@@ -99,11 +99,12 @@ DEFAULT_SINK_MAX_RECORDS = 2_000_000
 class TaskExecutions:
     """The worker's execution factory: a source or sink loop for each task.
 
-    Every execution of a worker runs on the worker's event loop and shares its
-    connections: one ensemble session (every task's reads and transactions are
-    multiplexed over it, each still idempotent), the connections to the group
-    coordinator (each sink task is still a group member of its own over them), and one
-    reader of the source offsets. They are opened on first use, on the worker's loop.
+    Every execution of a worker runs on the worker's event loop and shares the worker's
+    connections: its ensemble session (every task's reads and transactions are
+    multiplexed over it, each still idempotent), its connections to the group
+    coordinator (each sink task is still a group member of its own over them), and its
+    follower of the source offsets — the herder's own, handed over by :meth:`share`, or
+    else ones of the executions' own, opened on first use.
     """
 
     def __init__(self, config: WorkerConfig) -> None:
@@ -124,9 +125,26 @@ class TaskExecutions:
         self.coordinator = CoordinatorClient(config.bootstrap, connections=self.connections)
         self.offsets = OffsetStore(self.client, config.offset_log)
         self.batches = _BatchMarkers(self.client)
+        #: whether the session, coordinator connections and offsets are the worker's own
+        #: (opened and closed by it) rather than these executions'
+        self._shared = False
         self._opened: asyncio.Task[None] | None = None
         self._retention: asyncio.Task[None] | None = None
         self._closed = False
+
+    def share(
+        self,
+        client: EnsembleClient,
+        coordinator: CoordinatorClient,
+        connections: CoordinatorConnections,
+        offsets: OffsetStore,
+    ) -> None:
+        """Use the worker's started session, coordinator connections and offset follower
+        rather than open a second set of each (call before :meth:`open`)."""
+        self.client, self.coordinator, self.connections = client, coordinator, connections
+        self.offsets = offsets
+        self.batches = _BatchMarkers(client)
+        self._shared = True
 
     async def open(self) -> None:
         """Open the shared session and start following the source offsets (once)."""
@@ -137,10 +155,11 @@ class TaskExecutions:
         await asyncio.shield(self._opened)
 
     async def _open(self) -> None:
-        if not self.client.session_id:  # tried again after a failure: started already
+        if not self._shared and not self.client.session_id:  # not started by a try before
             await self.client.start()
         await self.client.create_log(BATCHES_LOG, compacted=True, if_absent=True)
-        await self.offsets.start()
+        if not self._shared:
+            await self.offsets.start()
         await self.batches.start()
         if self._retention is None:
             self._retention = asyncio.ensure_future(self._enforce_retention())
@@ -156,10 +175,11 @@ class TaskExecutions:
                     await task
         if self._opened is not None:
             await self.batches.stop()
-            await self.offsets.stop()
-            await self.coordinator.close()
-            await self.connections.close()
-            await self.client.close()
+            if not self._shared:
+                await self.offsets.stop()
+                await self.coordinator.close()
+                await self.connections.close()
+                await self.client.close()
 
     @property
     def retention_stopped(self) -> bool:

@@ -254,9 +254,14 @@ class DistributedHerder:
         )
         await self.member.start()
         self._loop_task = asyncio.create_task(self._run(), name=f"herder-{self.worker_id}")
-        # what the tasks share (and the retention passes every worker runs), opened now
-        # rather than by the first task
-        open_executions = getattr(self.worker.execution_factory, "open", None)
+        # the tasks use this worker's session, coordinator connections and offsets, and
+        # what they add (and the retention passes every worker runs) opens now rather
+        # than with the first task
+        factory = self.worker.execution_factory
+        share = getattr(factory, "share", None)
+        if callable(share):
+            share(self.client, self.coordinator, self.connections, self.offsets)
+        open_executions = getattr(factory, "open", None)
         if callable(open_executions):
             self._in_background(open_executions())
         log.info(
@@ -292,13 +297,14 @@ class DistributedHerder:
         for _, future in self._requests.drain():
             if not future.done():
                 future.set_exception(ServerStopping(f"worker {self.worker_id} is stopping"))
+        # before the connections it shares with the executions close under it
+        await self.worker.close()
         for store in (self.configs, self.offsets, self.statuses):
             await store.stop()
         await self.coordinator.close()
         await self.connections.close()
         await self.client.close()
         await self._http.aclose()
-        await self.worker.close()
         log.info("worker %s stopped", self.worker_id)
 
     # -- group membership callbacks ---------------------------------------------------
