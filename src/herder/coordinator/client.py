@@ -92,17 +92,8 @@ class CoordinatorConnections:
         #: every wire made, in use or forgotten, for close() to end them all
         self._made: list[WireClient] = []
 
-    async def _wire(self, host: str, port: int, needs: Api[Any, Any]) -> WireClient:
-        """A connection to ``host:port`` that serves ``needs``. What a server serves
-        changes with its role (the coordinator's APIs are the leader's), and a
-        connection speaks what its server served when it was opened: one opened before
-        is opened anew."""
+    async def _wire(self, host: str, port: int) -> WireClient:
         wire = self._wires.get((host, port))
-        if wire is not None and wire.connected and needs.key not in wire.versions:
-            del self._wires[(host, port)]
-            await wire.close()
-            self._made.remove(wire)
-            wire = None
         if wire is None:
             wire = WireClient(
                 host,
@@ -122,7 +113,7 @@ class CoordinatorConnections:
         last: Exception | None = None
         for host, port in random.sample(self.servers, len(self.servers)):
             try:
-                probe = await self._wire(host, port, apis.FIND_COORDINATOR)
+                probe = await self._wire(host, port)
                 found = await probe.request(
                     apis.FIND_COORDINATOR, apis.FindCoordinatorRequest(key=key), timeout=5
                 )
@@ -132,7 +123,7 @@ class CoordinatorConnections:
             if found.error_code != ErrorCode.NONE:
                 last = CoordinatorNotAvailable(found.error_message or "no coordinator")
                 continue
-            return await self._wire(found.host, found.port, apis.JOIN_GROUP)
+            return await self._wire(found.host, found.port)
         raise CoordinatorNotAvailable(
             f"no group coordinator reachable for {what or repr(key)}: {last}"
         )
