@@ -71,14 +71,20 @@ def check_counts(
 def run_and_emit(run: Callable[[], dict[str, Any]], *, pretty: bool = False) -> int:
     """Run a benchmark and print its figures; Ctrl-C or SIGTERM stops it (and, through
     its ``finally`` blocks, every process it started) with status 130."""
+    return run_and_report(lambda: (run(), 0), pretty=pretty)
+
+
+def run_and_report(run: Callable[[], tuple[dict[str, Any], int]], *, pretty: bool = False) -> int:
+    """:func:`run_and_emit` for a benchmark that also says how it went: its exit status
+    (non-zero when a run went wrong, with the figures printed all the same)."""
     with sigterm_as_interrupt():
         try:
-            figures = run()
+            figures, status = run()
         except KeyboardInterrupt:
             progress("interrupted: every process the benchmark started was stopped")
             return 130
     emit_json(figures, pretty=pretty)
-    return 0
+    return status
 
 
 # -- ports and polling -------------------------------------------------------------------
@@ -374,6 +380,21 @@ def stop_processes(procs: Sequence[multiprocessing.process.BaseProcess], grace: 
 
 
 # -- CPU accounting ----------------------------------------------------------------------
+
+
+def children_by_parent() -> dict[int, list[int]]:
+    """Every process's children, by parent pid (read from ``/proc`` now)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    return children
 
 
 def cpu_seconds(pid: int) -> float:

@@ -1650,14 +1650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnsupportedSetup as exc:
         print(exc, file=sys.stderr)
         return 2
-    with _procs.sigterm_as_interrupt():
-        try:
-            figures, status = run(args)
-        except KeyboardInterrupt:
-            _procs.progress("interrupted: every process the benchmark started was stopped")
-            return 130
-    _procs.emit_json(figures, pretty=args.pretty)
-    return status
+    return _procs.run_and_report(lambda: run(args), pretty=args.pretty)
 
 
 if __name__ == "__main__":

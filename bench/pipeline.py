@@ -111,16 +111,7 @@ def sha256_of(paths: Sequence[Path]) -> str:
 
 def tree_cpu_seconds(root: int) -> float:
     """CPU seconds of ``root`` and every process below it (a worker, its JVM, Spark's Pythons)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
+    children = _procs.children_by_parent()
     total, stack = 0.0, [root]
     while stack:
         pid = stack.pop()

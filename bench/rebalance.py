@@ -558,14 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         phase_timeout_s=args.phase_timeout,
         tick_time_ms=args.tick_time_ms,
     )
-    with _procs.sigterm_as_interrupt():
-        try:
-            figures, status = run(settings, args.tmp_dir)
-        except KeyboardInterrupt:
-            _procs.progress("interrupted: every process the benchmark started was stopped")
-            return 130
-    _procs.emit_json(figures, pretty=args.pretty)
-    return status
+    return _procs.run_and_report(lambda: run(settings, args.tmp_dir), pretty=args.pretty)
 
 
 if __name__ == "__main__":

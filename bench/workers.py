@@ -218,20 +218,6 @@ def ensemble_connections(pid: int, port: int, *, serving: bool = False) -> int:
     return count
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry))
-    return found
-
-
 def process_sample(pid: int, ensemble_port: int, *, serving: bool = False) -> dict[str, Any]:
     """Threads, RSS, ensemble connections, child processes and CPU seconds of ``pid``."""
     rss_kb = 0
@@ -243,7 +229,7 @@ def process_sample(pid: int, ensemble_port: int, *, serving: bool = False) -> di
         "threads": len(os.listdir(f"/proc/{pid}/task")),
         "rss_mb": round(rss_kb / 1024, 1),
         "ensemble_connections": ensemble_connections(pid, ensemble_port, serving=serving),
-        "child_processes": len(_children(pid)),
+        "child_processes": len(_procs.children_by_parent().get(pid, [])),
         "cpu_s": round(_procs.cpu_seconds(pid), 2),
     }
 
@@ -785,14 +771,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with _procs.sigterm_as_interrupt():
-        try:
-            figures, status = run(args)
-        except KeyboardInterrupt:
-            _procs.progress("interrupted: every process the benchmark started was stopped")
-            return 130
-    _procs.emit_json(figures, pretty=args.pretty)
-    return status
+    return _procs.run_and_report(lambda: run(args), pretty=args.pretty)
 
 
 if __name__ == "__main__":
