@@ -168,9 +168,15 @@ def test_a_client_over_the_connection_limit_is_told_which_and_gets_in_when_it_ca
             await refused.start()
         assert "maxClientCnxns" in str(failure.value) and "at most 2" in str(failure.value)
         assert any("maxClientCnxns" in r.getMessage() for r in caplog.records)
+
         # it backs off and tries again: once a connection is free it gets in
+        def refusals() -> int:
+            return sum("maxClientCnxns" in r.getMessage() for r in caplog.records)
+
+        before = refusals()
         waiting = asyncio.ensure_future(EnsembleClient(server.bootstrap, name="patient").start())
-        await asyncio.sleep(0.5)
+        while refusals() <= before:  # refused at least once (the test's timeout bounds it)
+            await asyncio.sleep(0.02)
         assert not waiting.done()
         await first.close()
         patient = await asyncio.wait_for(waiting, 10)

@@ -189,6 +189,8 @@ class Harness:
         )
         self.writer = EnsembleClient(server.bootstrap, name="test-writer")
         self.store = ConfigStore(self.writer, self.config.config_log)
+        #: the config log's end once connector c is written
+        self.offset = -1
 
     @property
     def member(self) -> ScriptedMember:
@@ -247,6 +249,9 @@ async def running(server: ServerHandle, **props: object) -> AsyncIterator[Harnes
     await h.store.start()
     try:
         await h.herder.start("http://127.0.0.1:1")
+        # connector c with tasks 0 and 1, read by the herder: what assignments name
+        h.offset = await h.write_connector()
+        await h.herder.configs.read_to_end()
         yield h
     finally:
         h.executions.release.set()
@@ -264,8 +269,7 @@ async def test_revocation_while_catching_up_starts_nothing(
     ensemble_server: ServerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with running(ensemble_server) as h:
-        offset = await h.write_connector()
-        await h.herder.configs.read_to_end()
+        offset = h.offset
         held = HeldReads(h.herder.configs)
         # made from one more config record than this worker has read: it must catch up
         await h.member.assign(1, h.assignment(offset + 1, T0, T1, connectors=("c",)))
@@ -273,8 +277,8 @@ async def test_revocation_while_catching_up_starts_nothing(
         revocation = h.member.revoke()
         await h.touch_configs()
         held.gate.set()
+        # a start that went ahead would have run before the revocation stopped it
         await asyncio.wait_for(revocation, 10)
-        await asyncio.sleep(0.3)  # time for a wrongly started task's thread to show
         assert h.executions.started == [], "work of a revoked generation started"
         assert h.worker.tasks == set() and h.worker.connectors == set()
         assert h.herder.assignment is None
@@ -285,19 +289,22 @@ async def test_revocation_before_the_tick_drops_the_parked_assignment(
     ensemble_server: ServerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with running(ensemble_server) as h:
-        offset = await h.write_connector()
-        await h.herder.configs.read_to_end()
+        offset = h.offset
         # keep the herder loop busy (as with a REST request) while the member is assigned
         # and then revoked: the assignment is parked for a tick that comes too late
-        busy = asyncio.Event()
-        serving = asyncio.ensure_future(h.herder.submit(busy.wait))
-        await asyncio.sleep(0.05)
+        entered, busy = asyncio.Event(), asyncio.Event()
+
+        async def serve() -> None:
+            entered.set()
+            await busy.wait()
+
+        serving = asyncio.ensure_future(h.herder.submit(serve))
+        await asyncio.wait_for(entered.wait(), 5)
         await h.member.assign(1, h.assignment(offset, T0, T1, connectors=("c",)))
         revocation = h.member.revoke()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # one turn: the revocation marks the generation revoked
         busy.set()
         await asyncio.wait_for(asyncio.gather(serving, revocation), 10)
-        await asyncio.sleep(0.3)
         assert h.executions.started == [], "work of a revoked generation started"
         assert h.herder.assignment is None
     no_tick_failed(caplog)
@@ -307,8 +314,7 @@ async def test_the_next_generation_assigning_the_same_task_runs_it_once(
     ensemble_server: ServerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with running(ensemble_server) as h:
-        offset = await h.write_connector()
-        await h.herder.configs.read_to_end()
+        offset = h.offset
         for generation in (1, 2, 3):
             await h.member.assign(generation, h.assignment(offset, T0, T1))
             await until(lambda: h.state(T0) == h.state(T1) == State.RUNNING, what="RUNNING")
@@ -323,8 +329,7 @@ async def test_an_abandoned_execution_holds_back_the_next_start_of_its_task(
     ensemble_server: ServerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with running(ensemble_server, **{"task.start.timeout.ms": 1000}) as h:
-        offset = await h.write_connector()
-        await h.herder.configs.read_to_end()
+        offset = h.offset
         h.executions.stubborn = True
         await h.member.assign(1, h.assignment(offset, T0))
         await until(lambda: h.state(T0) == State.RUNNING, what="T0 RUNNING")
@@ -349,8 +354,7 @@ async def test_a_held_back_start_of_a_revoked_generation_is_dropped(
     ensemble_server: ServerHandle,
 ) -> None:
     async with running(ensemble_server, **{"task.start.timeout.ms": 1000}) as h:
-        offset = await h.write_connector()
-        await h.herder.configs.read_to_end()
+        offset = h.offset
         h.executions.stubborn = True
         await h.member.assign(1, h.assignment(offset, T0))
         await until(lambda: h.state(T0) == State.RUNNING, what="T0 RUNNING")
@@ -359,9 +363,10 @@ async def test_a_held_back_start_of_a_revoked_generation_is_dropped(
         await h.member.assign(2, h.assignment(offset, T0))
         await until(lambda: h.state(T0) == State.FAILED, what="T0 held back")
         await asyncio.wait_for(h.member.revoke(), 10)  # generation 2 is over too
+        assert h.worker.held_back == set(), "generation 2's start outlived its revocation"
         h.executions.release.set()
         await until(lambda: h.worker.abandoned == set(), what="the abandoned one to end")
-        await asyncio.sleep(0.3)
+        assert h.worker.tasks == set()
         assert h.executions.started == [T0], "generation 2's start ran after its revocation"
 
 
@@ -369,8 +374,7 @@ async def test_a_second_start_of_a_running_task_is_refused(
     ensemble_server: ServerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with running(ensemble_server) as h:
-        offset = await h.write_connector()
-        await h.herder.configs.read_to_end()
+        offset = h.offset
         await h.member.assign(1, h.assignment(offset, T0))
         await until(lambda: h.state(T0) == State.RUNNING, what="T0 RUNNING")
         config = h.herder.configs.snapshot()
@@ -390,11 +394,10 @@ async def test_a_task_that_cannot_start_in_time_is_failed_with_the_cause(
     ensemble_server: ServerHandle,
 ) -> None:
     async with running(ensemble_server, **{"task.start.timeout.ms": 500}) as h:
-        offset = await h.write_connector()
-        await h.herder.configs.read_to_end()
+        offset = h.offset
         h.executions.never_starts = True
         await h.member.assign(1, h.assignment(offset, T0))
-        await asyncio.sleep(0.2)
+        await until(lambda: h.executions.started == [T0], what="the execution to begin")
         assert h.state(T0) is not State.RUNNING, "RUNNING before its start() returned"
         await until(lambda: h.state(T0) == State.FAILED, what="T0 FAILED")
         assert "did not start within 500 ms" in h.trace(T0)
@@ -406,8 +409,7 @@ async def test_a_worker_that_cannot_catch_up_leaves_the_group_before_backing_off
     ensemble_server: ServerHandle, why: str
 ) -> None:
     async with running(ensemble_server) as h:
-        offset = await h.write_connector()
-        await h.herder.configs.read_to_end()
+        offset = h.offset
         held = HeldReads(h.herder.configs)
         held.fail = True
         held.gate.set()
@@ -430,15 +432,12 @@ async def test_config_changes_with_no_assignment_do_not_break_the_loop(
 ) -> None:
     caplog.set_level(logging.INFO)
     async with running(ensemble_server) as h:
-        offset = await h.write_connector()
-        await h.herder.configs.read_to_end()
+        offset = h.offset
         for generation in range(1, 6):
             await h.member.assign(generation, h.assignment(offset, T0, connectors=("c",)))
-            await asyncio.sleep(0.05)
             revocation = h.member.revoke()
             await h.touch_configs()  # a config change lands while the work is revoked
             await asyncio.wait_for(revocation, 10)
             offset += 1
-        await asyncio.sleep(0.3)
         assert h.executions.most_live[T0] <= 1
     no_tick_failed(caplog)

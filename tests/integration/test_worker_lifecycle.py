@@ -10,7 +10,6 @@ worker starts a Spark job (nor, with ``dataplane.spark.warmup=false``, a JVM).
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import re
 import signal
@@ -22,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.workers import ensemble_connections
 
 from tests.harness import HERDER, Proc, Processes, free_port, wait_until
 from tests.integration.conftest import ServerHandle, make_server
@@ -126,24 +126,6 @@ def workers(processes: Processes, tmp_path: Path) -> Workers:
     return Workers(processes, tmp_path)
 
 
-def ensemble_connections(pid: int, port: int) -> int:
-    """How many TCP connections process ``pid`` has open to 127.0.0.1:``port``."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            target = os.readlink(fd)
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    count = 0
-    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        remote_port = int(fields[2].rpartition(":")[2], 16)
-        established = fields[3] == "01"
-        if established and remote_port == port and fields[9] in inodes:
-            count += 1
-    return count
-
-
 def live_executions(calls: list[tuple[str, str, int, int]]) -> Counter[tuple[str, int]]:
     """(task, pid) -> executions started and not stopped; asserts that no task ever had
     two at once in one process."""
@@ -165,8 +147,11 @@ def test_sigterm_stops_a_worker_whose_tasks_never_return_from_poll(workers: Work
     proc, _ = workers.workers[worker_id]
     workers.create("stuck", 2, **{"poll.block": "true"})
     wait_until(lambda: workers.all_running({"stuck": 2}), 60, what="both stuck tasks RUNNING")
-    # both tasks are now inside a poll() that never returns
-    time.sleep(0.5)
+    wait_until(
+        lambda: sum(event == "blocks" for event, *_ in workers.calls()) == 2,
+        30,
+        what="both tasks inside a poll() that never returns",
+    )
     began = time.monotonic()
     proc.signal(signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):

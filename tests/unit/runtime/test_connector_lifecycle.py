@@ -90,7 +90,7 @@ async def test_a_pause_during_start_leaves_it_paused() -> None:
     starting = asyncio.ensure_future(w.start_connector("c", CONFIG, TargetState.STARTED, 1))
     await until_called(1)
     pausing = asyncio.ensure_future(w.set_connector_target("c", TargetState.PAUSED))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # one turn: the call reaches the connector (its lock)
     Held.release.set()
     await asyncio.gather(starting, pausing)
     assert [c for c, _ in Held.calls] == ["start", "stop"]
@@ -107,7 +107,7 @@ async def test_a_resume_during_a_pauses_stop_leaves_it_running() -> None:
     pausing = asyncio.ensure_future(w.set_connector_target("c", TargetState.PAUSED))
     await until_called(2)
     resuming = asyncio.ensure_future(w.set_connector_target("c", TargetState.STARTED))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # one turn: the call reaches the connector (its lock)
     Held.release.set()
     await asyncio.gather(pausing, resuming)
     assert [c for c, _ in Held.calls] == ["start", "stop", "start"]
@@ -145,8 +145,7 @@ async def test_a_revocation_during_a_resumes_start_stops_the_instance_once_it_re
     assert w.connectors == set()
     Held.release.set()
     await resuming
-    while len(Held.calls) < 2:
-        await asyncio.sleep(0.01)
+    await until_called(2)
     (_, started), (stop, stopped) = Held.calls
     assert stop == "stop" and stopped == started, "the instance that started is stopped"
     assert statuses.states == [State.PAUSED], "nothing published after the revocation"
