@@ -29,7 +29,6 @@ from herder.runtime.config_state import (
     connector_config_record,
     task_config_records,
 )
-from herder.runtime.herder import DistributedHerder
 from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import (
     Assignment,
@@ -37,6 +36,7 @@ from herder.runtime.protocol import (
     ConnectorTaskId,
     encode_assignment,
 )
+from herder.runtime.shell.herder import DistributedHerder
 from herder.runtime.status import State
 from herder.runtime.stores import ConfigStore
 from herder.runtime.worker import TaskControl, Worker

@@ -469,11 +469,11 @@ def test_logger_levels_for_one_worker_and_for_the_cluster(logs_on_failure: RestC
     affected = send("PUT", f"{a}/admin/loggers/herder.runtime", {"level": "DEBUG"})
     assert affected.status_code == 200, affected.text
     assert_conforms("affected_loggers", affected.json())
-    assert "herder.runtime" in affected.json() and "herder.runtime.herder" in affected.json()
-    one = get(f"{a}/admin/loggers/herder.runtime.herder").json()
+    assert "herder.runtime" in affected.json() and "herder.runtime.shell.herder" in affected.json()
+    one = get(f"{a}/admin/loggers/herder.runtime.shell.herder").json()
     assert_conforms("logger_level", one)
     assert one["level"] == "DEBUG" and isinstance(one["last_modified"], int)
-    assert get(f"{b}/admin/loggers/herder.runtime.herder").json()["level"] != "DEBUG"
+    assert get(f"{b}/admin/loggers/herder.runtime.shell.herder").json()["level"] != "DEBUG"
 
     cluster = send("PUT", f"{a}/admin/loggers/herder.ensemble?scope=cluster", {"level": "WARN"})
     assert cluster.status_code == 204, cluster.text

@@ -12,9 +12,9 @@ from typing import Any
 import uvicorn
 
 from herder.errors import ConfigError
-from herder.runtime.herder import DistributedHerder
 from herder.runtime.plugins import Plugins
 from herder.runtime.rest import build_app
+from herder.runtime.shell.herder import DistributedHerder
 from herder.runtime.worker import ExecutionFactory
 from herder.runtime.worker_config import WorkerConfig
 

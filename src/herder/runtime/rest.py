@@ -19,10 +19,10 @@ from herder import __version__
 from herder.errors import ConfigError, HerderError
 from herder.runtime.config_state import RestartRequest, TargetState
 from herder.runtime.connector_offsets import parse_offsets_body
-from herder.runtime.herder import DistributedHerder
 from herder.runtime.protocol import ConnectorTaskId
 from herder.runtime.rest_admin import admin_routes
 from herder.runtime.rest_routing import Forbidden, RequestRouter, error_response, status_of
+from herder.runtime.shell.herder import DistributedHerder
 
 #: Connect's names for the states a connector can be created in
 INITIAL_STATES = {

@@ -10,10 +10,11 @@ from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from herder.errors import ConfigError
-from herder.runtime.herder import DistributedHerder, NotFound
+from herder.runtime.core.admission import NotFound
 from herder.runtime.loggers import parse_level
 from herder.runtime.plugins import class_name
 from herder.runtime.rest_routing import RequestRouter
+from herder.runtime.shell.herder import DistributedHerder
 from herder.runtime.validation import key_info
 
 log = logging.getLogger(__name__)

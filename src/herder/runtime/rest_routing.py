@@ -27,15 +27,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from herder.errors import ConfigError, HerderError, RebalanceInProgress, ServerStopping
-from herder.runtime.herder import (
-    AlreadyExists,
-    ConfigChanged,
-    DistributedHerder,
-    NotFound,
-    WrongWorker,
-)
+from herder.runtime.core.admission import AlreadyExists, ConfigChanged, NotFound, WrongWorker
 from herder.runtime.loggers import UnknownLevel
 from herder.runtime.plugins import UnknownPlugin
+from herder.runtime.shell.herder import DistributedHerder
 
 __all__ = ["Conflict", "Forbidden", "RequestRouter", "error_response", "status_of"]
 

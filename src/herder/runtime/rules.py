@@ -1,6 +1,6 @@
 """The distributed herder's decisions, as pure functions and structures on an injected clock.
 
-Kept apart from the IO of :mod:`herder.runtime.herder` so the rules can be read in one
+Kept apart from the IO of :mod:`herder.runtime.shell.herder` so the rules can be read in one
 place and tested without a worker: what to do after a rebalance, in which order queued
 requests run, and how task reconfiguration backs off.
 """

@@ -35,7 +35,7 @@ from herder.coordinator.service import CoordinatorService
 from herder.ensemble.config import EnsembleConfig
 from herder.ensemble.server import EnsembleServer
 from herder.errors import ConfigError, HerderError, RebalanceInProgress, RetriableError
-from herder.runtime.herder import NotLeaderWorker
+from herder.runtime.core.admission import NotLeaderWorker
 from herder.runtime.process import WorkerProcess
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,620 @@
+"""Everything the distributed herder decides, as a pure state machine.
+
+As in Kafka Connect's DistributedHerder, the herder steers one worker to the group's
+assignment: it handles a completed rebalance (catching up with the config log first,
+or refusing to start work it cannot trust), reacts to config changes (rebalance for
+new, removed or re-tasked connectors; restart in place for a changed connector
+config; pause/resume/stop in place for a target state), carries out recorded restart
+requests, regenerates task configs when a connector asks (retrying with backoff), and
+admits requests (writes only on the leader, and only under the leader's fencing
+epoch; nothing while a rebalance is under way).
+
+:class:`HerderCore` does no IO and reads no clock. It is fed events — an assignment,
+a revocation, the config log advanced, a restart recorded, a reconfiguration asked
+for, the completion of an effect it asked for, the time — and queues effects
+(:mod:`herder.runtime.core.effects`) that its shell drains with :meth:`ready` and
+carries out in order. Work of a revoked generation never starts: a revocation drops
+the generation's queued starts from the outbox before the shell can see them, and
+every later step checks the generation it works for is still the member's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from herder.coordinator.client import Generation
+from herder.errors import HerderError
+from herder.runtime.assignor import EagerAssignor
+from herder.runtime.config_state import (
+    ClusterConfigSnapshot,
+    ConfigDiff,
+    RestartRequest,
+    TargetState,
+)
+from herder.runtime.core.admission import NotFound, NotLeaderWorker, NotOwner
+from herder.runtime.core.effects import (
+    BeginGeneration,
+    Destroy,
+    Effect,
+    FinishRevocation,
+    ForwardTaskConfigs,
+    GenerateTaskConfigs,
+    LeaveAndBackOff,
+    PublishRestarting,
+    ReadToEnd,
+    Rejoin,
+    SetConnectorTarget,
+    SetTaskTarget,
+    StartConnector,
+    StartTask,
+    StopAll,
+    StopConnector,
+    StopTasks,
+    TakeLeaderEpoch,
+    Ticket,
+    WriteTaskConfigs,
+)
+from herder.runtime.protocol import Assignment, ConnectorTaskId, WorkerMetadata
+from herder.runtime.restart import RestartPlan, more_impactful
+from herder.runtime.rules import AfterRebalance, ReconfigurationSchedule, after_rebalance
+from herder.runtime.status import StatusView
+
+log = logging.getLogger(__name__)
+
+
+class _Phase(Enum):
+    #: the leader could not catch up: read to the end, then rejoin
+    CATCH_UP_THEN_REJOIN = "catch-up-then-rejoin"
+    #: read the config log to the assignment's offset before starting
+    CATCH_UP = "catch-up"
+    #: the leader takes its fencing epoch before starting
+    TAKING_EPOCH = "taking-epoch"
+
+
+@dataclass
+class _Handling:
+    """A completed rebalance whose work has not started yet."""
+
+    generation: Generation
+    assignment: Assignment
+    phase: _Phase
+
+
+class HerderCore:
+    """The decisions of one worker's herder."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        url: str,
+        *,
+        statuses: StatusView,
+        unsync_backoff_ms: int,
+    ) -> None:
+        self.worker_id = worker_id
+        self.url = url
+        self.statuses = statuses
+        self.unsync_backoff_ms = unsync_backoff_ms
+        #: the latest config snapshot read from the log
+        self.snapshot = ClusterConfigSnapshot.EMPTY
+        #: the snapshot the running work follows
+        self.applied = ClusterConfigSnapshot.EMPTY
+        #: the generation the member holds now: set on assignment, None once revoked
+        self.member_generation: Generation | None = None
+        #: the generation and assignment whose work was started
+        self.generation: Generation | None = None
+        self.assignment: Assignment | None = None
+        #: (generation id, epoch) of the leader's fencing epoch
+        self.leader_epoch: tuple[int, int] | None = None
+        #: a fatal error that ended this worker's membership
+        self.failure: HerderError | None = None
+        self.reconfigure = ReconfigurationSchedule()
+        self._outbox: list[Effect] = []
+        self._handling: _Handling | None = None
+        self._config_dirty = False
+        self._restarts: dict[str, RestartRequest] = {}
+        #: connectors restarted for a new config: their task configs are written even
+        #: if they come out equal, so their tasks restart with it (KAFKA-9228)
+        self._reconfigured: set[str] = set()
+        #: connectors this worker has asked to start, by instance number; an instance
+        #: that started with target STARTED is in ``_running``
+        self._instances: dict[str, int] = {}
+        self._running: set[str] = set()
+        self._next_instance = 0
+        #: leader only: the REST URL of the worker each connector and task was given to
+        self.owners: dict[str | ConnectorTaskId, str] = {}
+
+    # -- the outbox ---------------------------------------------------------------------
+
+    def ready(self) -> list[Effect]:
+        """The effects queued since the last call, in the order they must be carried out."""
+        effects, self._outbox = self._outbox, []
+        return effects
+
+    def _emit(self, *effects: Effect) -> None:
+        self._outbox.extend(effects)
+
+    # -- membership ---------------------------------------------------------------------
+
+    def metadata(self) -> WorkerMetadata:
+        """What this worker tells the group when it joins."""
+        return WorkerMetadata(config_offset=self.snapshot.offset, url=self.url)
+
+    def assign(
+        self, leader_id: str, members: Mapping[str, WorkerMetadata]
+    ) -> dict[str, Assignment]:
+        """Leader: the assignment of every member, from this worker's config snapshot."""
+        result = EagerAssignor().assign(leader_id, dict(members), self.snapshot)
+        owners: dict[str | ConnectorTaskId, str] = {}
+        for member, assignment in result.items():
+            for name in assignment.connectors:
+                owners[name] = members[member].url
+            for task_id in assignment.tasks:
+                owners[task_id] = members[member].url
+        self.owners = owners
+        return result
+
+    def revoking(self) -> None:
+        """Eager protocol: everything stops before the member rejoins.
+
+        From this moment no work of the revoked generation may start, whatever step
+        of handling its assignment the herder is in.
+        """
+        revoked = self.member_generation
+        self.member_generation = None
+        self._handling = None
+        self._running.clear()
+        self._outbox = [e for e in self._outbox if not _starts_work(e)]
+        log.debug("worker %s: revoking generation %s", self.worker_id, revoked)
+        self._emit(StopAll())
+
+    def work_stopped(self) -> None:
+        """The revocation's StopAll is done."""
+        self.assignment = None
+        self.generation = None
+        self._reconfigured.clear()
+        self._instances.clear()
+        self._running.clear()
+        self._emit(FinishRevocation())
+
+    def assigned(self, generation: Generation, assignment: Assignment) -> None:
+        """A rebalance completed with ``assignment`` for this worker."""
+        self.member_generation = generation
+        decision = after_rebalance(assignment, self.snapshot.offset)
+        if decision is AfterRebalance.CATCH_UP_AND_REJOIN:
+            log.warning(
+                "worker %s: assignment failed (config mismatch); catching up", self.worker_id
+            )
+            self._handling = _Handling(generation, assignment, _Phase.CATCH_UP_THEN_REJOIN)
+            self._emit(ReadToEnd(-1))
+        elif decision is AfterRebalance.CATCH_UP_THEN_START:
+            self._handling = _Handling(generation, assignment, _Phase.CATCH_UP)
+            self._emit(ReadToEnd(assignment.config_offset))
+        else:
+            self._proceed(generation, assignment, decision)
+
+    def caught_up(self, ok: bool) -> None:
+        """The ReadToEnd asked for finished (``ok``: the log was read to its end)."""
+        handling = self._handling
+        if handling is None:
+            return  # its generation was revoked meanwhile
+        if handling.phase is _Phase.CATCH_UP_THEN_REJOIN:
+            self._handling = None
+            self._emit(Rejoin() if ok else LeaveAndBackOff(self.unsync_backoff_ms))
+            return
+        if handling.phase is not _Phase.CATCH_UP:
+            return
+        if not ok or self.snapshot.offset < handling.assignment.config_offset:
+            log.warning(
+                "worker %s: could not read the config log to offset %d; leaving the group for "
+                "worker.unsync.backoff.ms=%d before rejoining",
+                self.worker_id,
+                handling.assignment.config_offset,
+                self.unsync_backoff_ms,
+            )
+            self._handling = None
+            self._emit(LeaveAndBackOff(self.unsync_backoff_ms))
+            return
+        decision = after_rebalance(handling.assignment, self.snapshot.offset)
+        self._proceed(handling.generation, handling.assignment, decision)
+
+    def backed_off(self) -> None:
+        """The LeaveAndBackOff is over: join again."""
+        self._emit(Rejoin())
+
+    def _proceed(
+        self, generation: Generation, assignment: Assignment, decision: AfterRebalance
+    ) -> None:
+        self._handling = None
+        if decision is AfterRebalance.REJOIN:
+            log.info("worker %s: configs moved on since the assignment; rejoining", self.worker_id)
+            self._emit(Rejoin())
+            return
+        if generation.is_leader and not self._holds_epoch_for(generation):
+            self._handling = _Handling(generation, assignment, _Phase.TAKING_EPOCH)
+            self._emit(TakeLeaderEpoch(generation))
+            return
+        self._start(generation, assignment)
+
+    def _holds_epoch_for(self, generation: Generation) -> bool:
+        return self.leader_epoch is not None and self.leader_epoch[0] == generation.generation_id
+
+    def leader_epoch_taken(self, generation: Generation, epoch: int) -> None:
+        handling = self._handling
+        if handling is None or handling.generation is not generation:
+            return
+        self.leader_epoch = (generation.generation_id, epoch)
+        log.info(
+            "worker %s leads generation %d with fencing epoch %d",
+            self.worker_id,
+            generation.generation_id,
+            epoch,
+        )
+        self._start(generation, handling.assignment)
+
+    def leader_epoch_failed(self, generation: Generation, error: Exception) -> None:
+        handling = self._handling
+        if handling is None or handling.generation is not generation:
+            return
+        # a leader without its epoch could write no config: let another try
+        log.warning(
+            "worker %s: could not take the leader's fencing epoch (%s); rejoining",
+            self.worker_id,
+            error,
+        )
+        self._handling = None
+        self._emit(Rejoin())
+
+    def _start(self, generation: Generation, assignment: Assignment) -> None:
+        self._handling = None
+        if self.member_generation is not generation:
+            log.info(
+                "worker %s: generation %d was revoked before its work started; dropping it",
+                self.worker_id,
+                generation.generation_id,
+            )
+            return
+        self.generation = generation
+        self.assignment = assignment
+        snapshot = self.snapshot
+        self.applied = snapshot
+        self._emit(BeginGeneration(generation))
+        for name in assignment.connectors:
+            config = snapshot.connector_config(name)
+            if config is not None:
+                self._start_connector(name, config, snapshot)
+        for task_id in assignment.tasks:
+            self._start_task(task_id, snapshot)
+        log.info(
+            "worker %s: generation %d, %d connectors and %d tasks (leader at %s)",
+            self.worker_id,
+            generation.generation_id,
+            len(assignment.connectors),
+            len(assignment.tasks),
+            assignment.leader_url,
+        )
+
+    def _start_connector(
+        self, name: str, config: dict[str, str], snapshot: ClusterConfigSnapshot
+    ) -> None:
+        assert self.generation is not None
+        self._next_instance += 1
+        self._instances[name] = self._next_instance
+        self._running.discard(name)
+        target = snapshot.target_state(name) or TargetState.STARTED
+        self._emit(StartConnector(name, self._next_instance, config, target, self.generation))
+
+    def _start_task(self, task_id: ConnectorTaskId, snapshot: ClusterConfigSnapshot) -> None:
+        assert self.generation is not None
+        task_config = snapshot.task_config(task_id)
+        connector_config = snapshot.connector_config(task_id.connector)
+        if task_config is None or connector_config is None:
+            return
+        target = snapshot.target_state(task_id.connector) or TargetState.STARTED
+        self._emit(StartTask(task_id, task_config, connector_config, target, self.generation))
+
+    def _stop_connector(self, name: str, *, destroyed: bool = False) -> None:
+        self._instances.pop(name, None)
+        self._running.discard(name)
+        self._emit(StopConnector(name, destroyed))
+
+    def connector_started(self, name: str, instance: int, ok: bool, now_ms: int) -> None:
+        """StartConnector finished; a connector running STARTED generates its task configs."""
+        if self._instances.get(name) != instance or not ok:
+            return
+        target = self.applied.target_state(name) or TargetState.STARTED
+        if target is TargetState.STARTED:
+            self._running.add(name)
+            self.request_reconfiguration(name, now_ms)
+
+    def connector_retargeted(
+        self, name: str, instance: int, target: TargetState, now_ms: int
+    ) -> None:
+        if self._instances.get(name) != instance:
+            return
+        if target is TargetState.STARTED:
+            self._running.add(name)
+            self.request_reconfiguration(name, now_ms)
+        else:
+            self._running.discard(name)
+
+    # -- the config log and commands ----------------------------------------------------
+
+    def configs_read(self, snapshot: ClusterConfigSnapshot) -> None:
+        """The config log advanced to ``snapshot``."""
+        self.snapshot = snapshot
+        self._config_dirty = True
+
+    def restart_recorded(self, request: RestartRequest) -> None:
+        pending = self._restarts.get(request.connector)
+        self._restarts[request.connector] = (
+            request if pending is None else more_impactful(pending, request)
+        )
+
+    def request_reconfiguration(self, name: str, now_ms: int) -> None:
+        """Connector ``name`` asked for its task configs to be generated again."""
+        self.reconfigure.request(name, now_ms)
+
+    # -- the herder's step ----------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Do what is due: apply config changes, restarts, task reconfigurations."""
+        if self._config_dirty and self.assignment is not None:
+            self._config_dirty = False
+            self._apply_config_change()
+        if self._restarts and self.assignment is not None:
+            restarts, self._restarts = self._restarts, {}
+            for request in restarts.values():
+                self._carry_out_restart(request)
+        for name in self.reconfigure.due(now_ms):
+            self._begin_reconfiguration(name)
+
+    def next_due_ms(self) -> int | None:
+        return self.reconfigure.next_due_ms()
+
+    @property
+    def has_pending_changes(self) -> bool:
+        return (self._config_dirty or bool(self._restarts)) and self.assignment is not None
+
+    def _apply_config_change(self) -> None:
+        new = self.snapshot
+        diff = ConfigDiff.between(self.applied, new)
+        assignment = self.assignment
+        assert assignment is not None
+        if diff.empty:
+            self.applied = new
+            return
+        if diff.needs_rebalance:
+            log.info(
+                "worker %s: connectors added %s, removed %s, re-tasked %s: rebalancing",
+                self.worker_id,
+                sorted(diff.added),
+                sorted(diff.removed),
+                sorted(diff.task_configs_changed),
+            )
+            for name in sorted(diff.removed):
+                self._instances.pop(name, None)
+                self._running.discard(name)
+                self._emit(Destroy(name))
+            self._emit(Rejoin())
+            return
+        mine = set(assignment.connectors)
+        for name in sorted(diff.connector_configs_changed & mine):
+            config = new.connector_config(name)
+            self._stop_connector(name)
+            if config is not None:
+                self._reconfigured.add(name)
+                self._start_connector(name, config, new)
+        for name in sorted(diff.target_states_changed):
+            target = new.target_state(name) or TargetState.STARTED
+            if name in mine and name in self._instances:
+                if target is not TargetState.STARTED:
+                    self._running.discard(name)
+                self._emit(SetConnectorTarget(name, self._instances[name], target))
+            for task_id in assignment.tasks:
+                if task_id.connector == name:
+                    self._emit(SetTaskTarget(task_id, target))
+        self.applied = new
+
+    def restart_plan(self, request: RestartRequest) -> RestartPlan:
+        tasks = self.snapshot.tasks(request.connector)
+        view = self.statuses
+        statuses = {t: s for t in tasks if (s := view.task(t)) is not None}
+        return RestartPlan.build(request, view.connector(request.connector), tasks, statuses)
+
+    def _carry_out_restart(self, request: RestartRequest) -> None:
+        """Restart what of ``request``'s plan runs on this worker."""
+        assignment = self.assignment
+        snapshot = self.snapshot
+        config = snapshot.connector_config(request.connector)
+        if assignment is None or config is None:
+            return
+        plan = self.restart_plan(request)
+        tasks = tuple(t for t in plan.tasks if t in assignment.tasks)
+        restart_connector = plan.restart_connector and request.connector in assignment.connectors
+        if not tasks and not restart_connector:
+            return
+        log.info(
+            "connector %s: restarting%s%s as requested",
+            request.connector,
+            " the connector" if restart_connector else "",
+            f" tasks {[t.task for t in tasks]}" if tasks else "",
+        )
+        if restart_connector:
+            self._emit(PublishRestarting(request.connector))
+        for task_id in tasks:
+            self._emit(PublishRestarting(task_id))
+        if tasks:
+            self._emit(StopTasks(tasks))
+        if restart_connector:
+            self._stop_connector(request.connector)
+            self._start_connector(request.connector, config, snapshot)
+        for task_id in tasks:
+            self._start_task(task_id, snapshot)
+
+    # -- requests that restart in place (REST) ------------------------------------------
+
+    def restart_connector(self, name: str) -> list[Effect]:
+        """``POST /connectors/<name>/restart`` on the worker it runs on: the effects that
+        restart it, for the request to carry out and wait on; raises when it is not here."""
+        assignment = self.require_stable()
+        config = self.snapshot.connector_config(name)
+        if config is None:
+            raise NotFound(f"Unknown connector: {name}")
+        if name not in assignment.connectors:
+            if self.is_leader:
+                raise NotOwner(f"Connector {name}", self.owners.get(name))
+            raise NotLeaderWorker(self.leader_url)
+        self._stop_connector(name)
+        self._start_connector(name, config, self.snapshot)
+        return self.ready()
+
+    def restart_task(self, task_id: ConnectorTaskId) -> list[Effect]:
+        assignment = self.require_stable()
+        if task_id.connector not in self.snapshot:
+            raise NotFound(f"Unknown connector: {task_id.connector}")
+        if self.snapshot.task_config(task_id) is None:
+            raise NotFound(f"Unknown task: {task_id}")
+        if task_id not in assignment.tasks:
+            if self.is_leader:
+                raise NotOwner(f"Task {task_id}", self.owners.get(task_id))
+            raise NotLeaderWorker(self.leader_url)
+        self._emit(StopTasks((task_id,)))
+        self._start_task(task_id, self.snapshot)
+        return self.ready()
+
+    # -- task configs ---------------------------------------------------------------------
+
+    def _begin_reconfiguration(self, name: str) -> None:
+        config = self.snapshot.connector_config(name)
+        stopped = self.snapshot.target_state(name) is TargetState.STOPPED
+        if name not in self._running or config is None or stopped:
+            self.reconfigure.succeeded(name)
+            self._reconfigured.discard(name)
+            return
+        self.reconfigure.begin(name)
+        ticket = Ticket(
+            name,
+            self.member_generation,
+            self._instances[name],
+            config,
+            int(config.get("tasks.max", "1") or 1),
+        )
+        self._emit(GenerateTaskConfigs(ticket))
+
+    def still_current(self, ticket: Ticket) -> bool:
+        """Whether task configs generated for ``ticket`` may still be published: the
+        same generation, the same connector instance, the same connector config."""
+        return (
+            ticket.generation is not None
+            and self.member_generation is ticket.generation
+            and self._instances.get(ticket.name) == ticket.instance
+            and self.snapshot.connector_config(ticket.name) == ticket.config
+        )
+
+    def task_configs_generated(
+        self, ticket: Ticket, configs: list[dict[str, str]], now_ms: int
+    ) -> None:
+        name = ticket.name
+        snapshot = self.snapshot
+        if not self.still_current(ticket):
+            self.reconfigure.succeeded(name)
+            return
+        if (
+            configs != snapshot.task_configs(name)
+            or name in snapshot.inconsistent
+            or name in self._reconfigured
+        ):
+            if self.is_leader:
+                self._emit(WriteTaskConfigs(ticket, tuple(configs)))
+            else:
+                self._emit(ForwardTaskConfigs(ticket, tuple(configs), self.leader_url))
+            return
+        self.reconfigure.succeeded(name)
+
+    def task_configs_failed(
+        self, ticket: Ticket, error: Exception, now_ms: int, *, retry: bool = True
+    ) -> None:
+        """Generating or publishing ``ticket``'s task configs failed; retried with backoff
+        unless ``retry`` is false (a connector stuck past its deadline stays FAILED)."""
+        if not retry:
+            self.reconfigure.succeeded(ticket.name)
+            return
+        delay = self.reconfigure.failed(ticket.name, now_ms)
+        log.warning(
+            "connector %s: task reconfiguration failed (%s); retrying in %d ms",
+            ticket.name,
+            error,
+            delay,
+        )
+
+    def task_configs_done(self, ticket: Ticket) -> None:
+        """The task set was written (or forwarded), or no longer needed to be."""
+        self._reconfigured.discard(ticket.name)
+        self.reconfigure.succeeded(ticket.name)
+
+    # -- leadership and request admission -----------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        gen = self.generation
+        return gen is not None and gen.is_leader and self.assignment is not None
+
+    @property
+    def leader_url(self) -> str | None:
+        return self.assignment.leader_url if self.assignment is not None else None
+
+    def require_leader(self) -> None:
+        """Admit a request that writes configs: only the leader of a stable generation."""
+        self._require_member()
+        if not self.is_leader:
+            raise NotLeaderWorker(self.leader_url)
+
+    def require_stable(self) -> Assignment:
+        """Admit a request that needs this worker's assignment."""
+        self._require_member()
+        if self.assignment is None:
+            raise NotLeaderWorker(None)
+        return self.assignment
+
+    def _require_member(self) -> None:
+        if self.failure is not None:
+            raise NotLeaderWorker(None, cause=self.failure)
+
+    def leader_fence_epoch(self) -> int:
+        """The epoch every config write of this leader checks (raises if it holds none)."""
+        self.require_leader()
+        if self.leader_epoch is None:
+            raise NotLeaderWorker(None)
+        return self.leader_epoch[1]
+
+    def write_refused(self) -> NotLeaderWorker:
+        """A config write was fenced: a newer leader took over. Rejoin; the error to raise."""
+        log.error(
+            "worker %s: a newer leader took over; this one's write was fenced", self.worker_id
+        )
+        self.leader_epoch = None
+        self._emit(Rejoin())
+        return NotLeaderWorker(None)
+
+    def member_failed(self, error: HerderError) -> None:
+        """The group member failed for good (say its JoinGroup was refused with
+        INVALID_SESSION_TIMEOUT): no request can be served from now on."""
+        self.failure = error
+        self.member_generation = None
+        self._handling = None
+
+    def health(self) -> tuple[bool, str]:
+        """Whether this worker serves requests, and why not."""
+        if self.failure is not None:
+            return False, f"worker {self.worker_id} left its group for good: {self.failure}"
+        if self.assignment is None:
+            return False, "worker is not in the group yet (a rebalance is under way)"
+        return True, "Worker has completed startup and is ready to handle requests."
+
+
+def _starts_work(effect: Effect) -> bool:
+    return isinstance(effect, (BeginGeneration, StartConnector, StartTask))

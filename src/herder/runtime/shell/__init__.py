@@ -1,0 +1,1 @@
+"""The worker's asyncio shells: they carry out what the pure cores decide."""
