@@ -1,0 +1,349 @@
+"""HerderCore: what the herder decides, fed events and read back as effects."""
+
+from __future__ import annotations
+
+import pytest
+
+from herder.coordinator.client import Generation
+from herder.errors import InvalidSessionTimeout
+from herder.runtime.config_state import (
+    ConfigState,
+    RestartRequest,
+    TargetState,
+    connector_config_record,
+    connector_removal_record,
+    target_state_record,
+    task_config_records,
+)
+from herder.runtime.core import effects as fx
+from herder.runtime.core.admission import NotFound, NotLeaderWorker, NotOwner
+from herder.runtime.core.herder import HerderCore
+from herder.runtime.protocol import Assignment, ConnectorTaskId
+from herder.runtime.status import State, StatusView, TaskStatus
+
+pytestmark = pytest.mark.unit
+
+ME = "http://me:8083"
+T0 = ConnectorTaskId("c", 0)
+
+
+class Log:
+    """A config log folded the way the ConfigStore folds it."""
+
+    def __init__(self) -> None:
+        self.state = ConfigState()
+        self.offset = 0
+
+    def write(self, *records: tuple[str, bytes | None]) -> None:
+        for key, value in records:
+            self.state.apply(self.offset, key, value)
+            self.offset += 1
+
+    def connector(self, name: str = "c", tasks: int = 1, **extra: str) -> None:
+        config = {"name": name, "connector.class": "X", "tasks.max": str(tasks), **extra}
+        self.write(connector_config_record(name, config))
+        self.write(*task_config_records(name, [{"task": str(i)} for i in range(tasks)]))
+
+
+def generation(gen_id: int = 1, *, leader: bool = True) -> Generation:
+    return Generation(gen_id, "me", "me" if leader else "other", "eager", ("me", "other"))
+
+
+def assignment(log: Log, *, connectors: tuple[str, ...] = ("c",), tasks=(T0,), offset=None,
+               error: int = 0) -> Assignment:  # fmt: skip
+    return Assignment(
+        leader="me",
+        leader_url=ME,
+        config_offset=log.state.snapshot().offset if offset is None else offset,
+        connectors=connectors,
+        tasks=tuple(tasks),
+        error=error,
+    )
+
+
+def kinds(effects: list[fx.Effect]) -> list[str]:
+    return [type(e).__name__ for e in effects]
+
+
+@pytest.fixture
+def log() -> Log:
+    log = Log()
+    log.connector()
+    return log
+
+
+def core_at(log: Log, statuses: StatusView | None = None) -> HerderCore:
+    core = HerderCore("me", ME, statuses=statuses or StatusView(), unsync_backoff_ms=500)
+    core.configs_read(log.state.snapshot())
+    return core
+
+
+def started(log: Log, gen: Generation | None = None) -> HerderCore:
+    """A core that has started the work of generation 1 as its leader."""
+    core = core_at(log)
+    gen = gen or generation()
+    core.assigned(gen, assignment(log))
+    if gen.is_leader:
+        core.ready()
+        core.leader_epoch_taken(gen, 7)
+    core.ready()
+    return core
+
+
+def test_a_follower_starts_its_assignment_at_once(log: Log) -> None:
+    core = core_at(log)
+    gen = generation(leader=False)
+    core.assigned(gen, assignment(log))
+    effects = core.ready()
+    assert kinds(effects) == ["BeginGeneration", "StartConnector", "StartTask"]
+    start = effects[1]
+    assert isinstance(start, fx.StartConnector) and start.generation is gen
+    assert start.target is TargetState.STARTED
+
+
+def test_the_leader_takes_its_fencing_epoch_before_any_work_starts(log: Log) -> None:
+    core = core_at(log)
+    gen = generation()
+    core.assigned(gen, assignment(log))
+    assert kinds(core.ready()) == ["TakeLeaderEpoch"]
+    core.leader_epoch_taken(gen, 3)
+    assert kinds(core.ready()) == ["BeginGeneration", "StartConnector", "StartTask"]
+    assert core.is_leader and core.leader_fence_epoch() == 3
+
+
+def test_a_leader_without_its_epoch_rejoins_instead_of_starting(log: Log) -> None:
+    core = core_at(log)
+    gen = generation()
+    core.assigned(gen, assignment(log))
+    core.ready()
+    core.leader_epoch_failed(gen, RuntimeError("coordinator moved"))
+    assert kinds(core.ready()) == ["Rejoin"]
+    assert core.assignment is None
+
+
+def test_a_worker_behind_the_assignment_reads_the_log_first(log: Log) -> None:
+    core = core_at(log)
+    behind = log.state.snapshot()
+    log.connector("d")
+    core.configs_read(behind)
+    core.assigned(generation(leader=False), assignment(log))
+    (read,) = core.ready()
+    assert isinstance(read, fx.ReadToEnd) and read.at_least == log.state.snapshot().offset
+    core.configs_read(log.state.snapshot())
+    core.caught_up(True)
+    assert kinds(core.ready()) == ["BeginGeneration", "StartConnector", "StartTask"]
+    assert core.applied.offset == log.state.snapshot().offset
+
+
+def test_a_worker_that_cannot_catch_up_leaves_backs_off_and_rejoins(log: Log) -> None:
+    core = core_at(log)
+    core.configs_read(ConfigState().snapshot())
+    core.assigned(generation(leader=False), assignment(log))
+    core.ready()
+    core.caught_up(False)
+    (leave,) = core.ready()
+    assert isinstance(leave, fx.LeaveAndBackOff) and leave.backoff_ms == 500
+    core.backed_off()
+    assert kinds(core.ready()) == ["Rejoin"]
+
+
+def test_a_failed_assignment_reads_to_the_end_and_rejoins(log: Log) -> None:
+    core = core_at(log)
+    core.assigned(generation(leader=False), assignment(log, error=1))
+    assert kinds(core.ready()) == ["ReadToEnd"]
+    core.caught_up(True)
+    assert kinds(core.ready()) == ["Rejoin"]
+
+
+def test_a_worker_ahead_of_the_assignment_rejoins(log: Log) -> None:
+    core = core_at(log)
+    core.assigned(generation(leader=False), assignment(log, offset=0))
+    assert kinds(core.ready()) == ["Rejoin"]
+
+
+def test_a_revocation_while_catching_up_drops_the_generation(log: Log) -> None:
+    core = core_at(log)
+    core.configs_read(ConfigState().snapshot())
+    core.assigned(generation(leader=False), assignment(log))
+    core.ready()
+    core.revoking()
+    core.configs_read(log.state.snapshot())
+    core.caught_up(True)
+    assert kinds(core.ready()) == ["StopAll"]
+
+
+def test_a_revocation_drops_starts_not_yet_carried_out(log: Log) -> None:
+    core = core_at(log)
+    core.assigned(generation(leader=False), assignment(log))
+    core.revoking()
+    assert kinds(core.ready()) == ["StopAll"]
+    core.work_stopped()
+    assert kinds(core.ready()) == ["FinishRevocation"]
+    assert core.assignment is None
+
+
+def test_a_late_epoch_of_a_revoked_generation_starts_nothing(log: Log) -> None:
+    core = core_at(log)
+    gen = generation()
+    core.assigned(gen, assignment(log))
+    core.ready()
+    core.revoking()
+    core.ready()
+    core.leader_epoch_taken(gen, 3)
+    assert core.ready() == []
+
+
+def test_new_or_removed_connectors_rebalance(log: Log) -> None:
+    core = started(log)
+    log.connector("d")
+    core.configs_read(log.state.snapshot())
+    core.tick(0)
+    assert kinds(core.ready()) == ["Rejoin"]
+    core = started(log)
+    log.write(connector_removal_record("c"))
+    core.configs_read(log.state.snapshot())
+    core.tick(0)
+    assert kinds(core.ready()) == ["Destroy", "Rejoin"]
+
+
+def test_a_changed_connector_config_restarts_it_in_place(log: Log) -> None:
+    core = started(log)
+    log.write(connector_config_record("c", {"name": "c", "connector.class": "X", "v": "2"}))
+    core.configs_read(log.state.snapshot())
+    core.tick(0)
+    effects = core.ready()
+    assert kinds(effects) == ["StopConnector", "StartConnector"]
+    assert isinstance(effects[1], fx.StartConnector) and effects[1].config["v"] == "2"
+
+
+def test_a_target_state_is_carried_out_in_place(log: Log) -> None:
+    core = started(log)
+    log.write(target_state_record("c", TargetState.PAUSED))
+    core.configs_read(log.state.snapshot())
+    core.tick(0)
+    effects = core.ready()
+    assert kinds(effects) == ["SetConnectorTarget", "SetTaskTarget"]
+    assert all(e.target is TargetState.PAUSED for e in effects)  # type: ignore[union-attr]
+
+
+def _start_connector(core: HerderCore) -> fx.Ticket:
+    core.connector_started("c", core._instances["c"], True, 0)
+    core.tick(0)
+    (generate,) = core.ready()
+    assert isinstance(generate, fx.GenerateTaskConfigs)
+    return generate.ticket
+
+
+def test_a_started_connector_generates_task_configs_and_the_leader_writes_changes(
+    log: Log,
+) -> None:
+    core = started(log)
+    ticket = _start_connector(core)
+    core.task_configs_generated(ticket, [{"task": "0"}, {"task": "1"}], 0)
+    (write,) = core.ready()
+    assert isinstance(write, fx.WriteTaskConfigs) and len(write.configs) == 2
+    core.task_configs_done(ticket)
+    assert core.next_due_ms() is None
+
+
+def test_equal_task_configs_are_not_written_again(log: Log) -> None:
+    core = started(log)
+    ticket = _start_connector(core)
+    core.task_configs_generated(ticket, [{"task": "0"}], 0)
+    assert core.ready() == []
+
+
+def test_a_follower_forwards_task_configs_to_the_leader(log: Log) -> None:
+    core = started(log, generation(leader=False))
+    ticket = _start_connector(core)
+    core.task_configs_generated(ticket, [{"task": "x"}], 0)
+    (forward,) = core.ready()
+    assert isinstance(forward, fx.ForwardTaskConfigs) and forward.leader_url == ME
+
+
+def test_task_configs_of_a_superseded_instance_are_dropped(log: Log) -> None:
+    core = started(log)
+    ticket = _start_connector(core)
+    log.write(connector_config_record("c", {"name": "c", "connector.class": "X", "v": "2"}))
+    core.configs_read(log.state.snapshot())
+    core.tick(0)
+    core.ready()
+    assert not core.still_current(ticket)
+    core.task_configs_generated(ticket, [{"task": "other"}], 0)
+    assert core.ready() == []
+
+
+def test_a_failed_generation_is_retried_with_doubling_backoff(log: Log) -> None:
+    core = started(log)
+    ticket = _start_connector(core)
+    core.task_configs_failed(ticket, RuntimeError("boom"), 1_000)
+    assert core.next_due_ms() == 1_250
+    core.tick(1_100)
+    assert core.ready() == []
+    core.tick(1_250)
+    assert kinds(core.ready()) == ["GenerateTaskConfigs"]
+
+
+def test_a_stuck_connector_is_not_retried(log: Log) -> None:
+    core = started(log)
+    ticket = _start_connector(core)
+    core.task_configs_failed(ticket, RuntimeError("stuck"), 0, retry=False)
+    assert core.next_due_ms() is None
+
+
+def test_writes_are_admitted_only_on_the_leader(log: Log) -> None:
+    follower = started(log, generation(leader=False))
+    with pytest.raises(NotLeaderWorker) as refused:
+        follower.require_leader()
+    assert refused.value.leader_url == ME
+    assert started(log).leader_fence_epoch() == 7
+    with pytest.raises(NotLeaderWorker, match="rebalance is under way"):
+        core_at(log).require_leader()
+
+
+def test_a_fenced_write_makes_the_leader_rejoin(log: Log) -> None:
+    core = started(log)
+    error = core.write_refused()
+    assert isinstance(error, NotLeaderWorker)
+    assert kinds(core.ready()) == ["Rejoin"]
+    with pytest.raises(NotLeaderWorker):
+        core.leader_fence_epoch()
+
+
+def test_a_fatal_group_error_refuses_every_request_and_names_the_cause(log: Log) -> None:
+    core = core_at(log)
+    core.member_failed(InvalidSessionTimeout("session timeout 1 ms is below the minimum"))
+    ok, message = core.health()
+    assert not ok and "session timeout 1 ms" in message
+    with pytest.raises(NotLeaderWorker, match="session timeout 1 ms"):
+        core.require_leader()
+
+
+def test_restart_requests_restart_what_runs_here(log: Log) -> None:
+    statuses = StatusView()
+    core = HerderCore("me", ME, statuses=statuses, unsync_backoff_ms=500)
+    core.configs_read(log.state.snapshot())
+    core.assigned(generation(leader=False), assignment(log))
+    core.ready()
+    statuses.apply(*_status(TaskStatus(T0, State.FAILED, "me", 1)))
+    core.restart_recorded(RestartRequest("c", include_tasks=True, only_failed=True))
+    core.tick(0)
+    assert kinds(core.ready()) == ["PublishRestarting", "StopTasks", "StartTask"]
+
+
+def test_restarting_work_that_runs_elsewhere_names_its_worker(log: Log) -> None:
+    core = started(log)
+    core.owners = {ConnectorTaskId("c", 1): "http://other:8083"}
+    log.connector("c", tasks=2)
+    core.configs_read(log.state.snapshot())
+    with pytest.raises(NotOwner, match="other:8083"):
+        core.restart_task(ConnectorTaskId("c", 1))
+    with pytest.raises(NotFound):
+        core.restart_connector("nope")
+    assert kinds(core.restart_connector("c")) == ["StopConnector", "StartConnector"]
+
+
+def _status(status: TaskStatus) -> tuple[str, bytes | None]:
+    from herder.runtime.status import status_record
+
+    return status_record(status)
