@@ -151,6 +151,44 @@ class CoordinatorConnections:
             await wire.close()
 
 
+class CoordinatorLink:
+    """Requests to the coordinator of one key, over shared :class:`CoordinatorConnections`.
+
+    The coordinator is found by the first request and kept until an error that may mean
+    it moved (any retriable one) or until :meth:`drop`; the next request finds it again.
+    """
+
+    def __init__(self, connections: CoordinatorConnections, key: str, what: str) -> None:
+        self.connections = connections
+        self.key = key
+        #: what the requests are for, in errors ("group g1")
+        self.what = what
+        self._wire: WireClient | None = None
+
+    async def request(
+        self, api: Api[Any, Resp], body: msgspec.Struct, *, timeout: float, find: bool = True
+    ) -> Resp:
+        """Send ``body`` to the coordinator, finding it first unless ``find`` is False
+        (then CoordinatorNotAvailable when none is known)."""
+        wire = self._wire
+        if wire is None or not wire.connected:
+            if not find:
+                raise CoordinatorNotAvailable(f"no coordinator known for {self.what}")
+            wire = self._wire = await self.connections.coordinator(self.key, self.what)
+        try:
+            return await wire.request(api, body, timeout=timeout)
+        except HerderError as exc:
+            if exc.retriable:
+                await self.drop()
+            raise
+
+    async def drop(self) -> None:
+        """Forget the coordinator: the next request finds it again."""
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            await self.connections.forget(wire)
+
+
 class GroupMember:
     """Keeps a membership of ``group_id`` alive until :meth:`close`."""
 
@@ -522,18 +560,12 @@ class CoordinatorClient:
     def __init__(
         self, bootstrap: str | Sequence[str], *, connections: CoordinatorConnections | None = None
     ) -> None:
-        self._member = GroupMember(
-            bootstrap,
-            "",
-            protocol_type="",
-            protocols=list,
-            assign=lambda *_: {},
-            on_assigned=_nothing,
-            connections=connections,
-        )
+        self._owns_connections = connections is None
+        self._connections = connections or CoordinatorConnections(bootstrap)
+        self._link = CoordinatorLink(self._connections, "", "administrative requests")
 
     async def request(self, api: Api[Any, Resp], body: msgspec.Struct) -> Resp:
-        return await self._member._send(api, body, timeout=30)
+        return await self._link.request(api, body, timeout=30)
 
     async def init_fencing(self, fenced_id: str) -> int:
         """Take a new fencing epoch for ``fenced_id``; older holders are fenced from now on."""
@@ -543,11 +575,9 @@ class CoordinatorClient:
         return reply.epoch
 
     async def close(self) -> None:
-        await self._member.close(leave=False)
-
-
-async def _nothing(*_: object) -> None:
-    return None
+        await self._link.drop()
+        if self._owns_connections:
+            await self._connections.close()
 
 
 def _log_left(reply: m.LeaveGroupResponse, member_id: str, group_id: str) -> None:
