@@ -28,12 +28,7 @@ import httpx
 
 from herder.connect import ConnectorType
 from herder.coordinator.apis import fencing_op
-from herder.coordinator.client import (
-    CoordinatorClient,
-    CoordinatorConnections,
-    Generation,
-    GroupMember,
-)
+from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.txn import Op
 from herder.errors import CheckFailed, ConfigError, HerderError, RebalanceInProgress, ServerStopping
@@ -54,6 +49,7 @@ from herder.runtime.config_state import (
     task_config_records,
 )
 from herder.runtime.connector_offsets import ConnectorOffsets, OffsetChange
+from herder.runtime.core.member import Generation
 from herder.runtime.loggers import Loggers, parse_level
 from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import (
@@ -72,6 +68,7 @@ from herder.runtime.rules import (
     RequestQueue,
     after_rebalance,
 )
+from herder.runtime.shell.member import GroupMember
 from herder.runtime.status import State
 from herder.runtime.stores import ConfigStore, OffsetStore, StatusStore
 from herder.runtime.threads import SharedExecutor, blocking_calls
