@@ -59,8 +59,10 @@ from bench import _procs
 from herder import __version__ as herder_version
 from herder.coordinator import apis
 from herder.coordinator import messages as m
-from herder.coordinator.client import CoordinatorClient, Generation, GroupMember
+from herder.coordinator.client import CoordinatorClient
 from herder.errors import HerderError
+from herder.runtime.core.member import Generation
+from herder.runtime.shell.member import GroupMember
 
 READY_TIMEOUT_S = 60.0
 PROTOCOL_TYPE = "bench"

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from herder.connect import SinkTask, TopicPartition
-from herder.coordinator.client import Generation
 from herder.dataplane.execution import SinkExecution, TaskExecutions
 from herder.dataplane.spark import POOL_PROPERTY
 from herder.errors import CoordinatorNotAvailable, HerderError, IllegalGeneration
+from herder.runtime.core.member import Generation
 from herder.runtime.protocol import ConnectorTaskId
 from herder.runtime.worker_config import WorkerConfig
 

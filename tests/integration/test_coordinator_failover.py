@@ -10,9 +10,10 @@ import pytest
 
 from herder.coordinator import apis
 from herder.coordinator import messages as m
-from herder.coordinator.client import CoordinatorClient, GroupMember
+from herder.coordinator.client import CoordinatorClient
 from herder.coordinator.offsets import TopicPartition
 from herder.errors import InvalidSessionTimeout, RetriableError
+from herder.runtime.shell.member import GroupMember
 from tests.harness import Processes
 from tests.integration.conftest import make_ensemble
 from tests.integration.test_replication import leader_of

@@ -10,14 +10,11 @@ import pytest
 
 from herder.coordinator import apis
 from herder.coordinator import messages as m
-from herder.coordinator.client import (
-    CoordinatorClient,
-    CoordinatorConnections,
-    Generation,
-    GroupMember,
-)
+from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.coordinator.offsets import TopicPartition
 from herder.errors import IllegalGeneration
+from herder.runtime.core.member import Generation
+from herder.runtime.shell.member import GroupMember
 from tests.harness import Processes
 from tests.integration.conftest import ServerHandle, make_ensemble
 

@@ -17,8 +17,10 @@ import pytest
 
 from herder.coordinator import apis
 from herder.coordinator import messages as m
-from herder.coordinator.client import CoordinatorClient, Generation, GroupMember
+from herder.coordinator.client import CoordinatorClient
 from herder.coordinator.offsets import TopicPartition
+from herder.runtime.core.member import Generation
+from herder.runtime.shell.member import GroupMember
 from tests.harness import HERDER, Processes, free_port
 from tests.integration.conftest import ServerHandle, make_server
 

@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 
 from herder.connect import Task
-from herder.coordinator.client import Generation
 from herder.ensemble.client import EnsembleClient
 from herder.runtime.config_state import (
     TargetState,
     connector_config_record,
     task_config_records,
 )
+from herder.runtime.core.member import Generation
 from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import (
     Assignment,

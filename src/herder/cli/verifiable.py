@@ -26,7 +26,8 @@ from typing import Any
 import click
 
 from herder.cli.output import bootstrap_option, print_json, text_or_base64
-from herder.coordinator.client import Generation, GroupMember
+from herder.runtime.core.member import Generation
+from herder.runtime.shell.member import GroupMember
 
 #: how often the main loop looks for a failed membership while waiting for a signal
 _FAILURE_POLL_S = 0.1

@@ -45,12 +45,7 @@ from herder.connect import (
 )
 from herder.connect.source import OffsetReader
 from herder.coordinator.apis import fencing_op
-from herder.coordinator.client import (
-    CoordinatorClient,
-    CoordinatorConnections,
-    Generation,
-    GroupMember,
-)
+from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.coordinator.offsets import TopicPartition as GroupPartition
 from herder.dataplane.fencing import connector_fence_id, current_epoch, task_fence_id
 from herder.dataplane.metadata import PartitionState
@@ -73,7 +68,9 @@ from herder.errors import (
     RetriableError,
     UnknownMemberId,
 )
+from herder.runtime.core.member import Generation
 from herder.runtime.protocol import ConnectorTaskId
+from herder.runtime.shell.member import GroupMember
 from herder.runtime.stores import OffsetStore
 from herder.runtime.worker import TaskControl
 from herder.runtime.worker_config import WorkerConfig

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from herder.coordinator.client import Generation
 from herder.errors import InvalidSessionTimeout
 from herder.runtime.config_state import (
     ConfigState,
@@ -18,6 +17,7 @@ from herder.runtime.config_state import (
 from herder.runtime.core import effects as fx
 from herder.runtime.core.admission import NotFound, NotLeaderWorker, NotOwner
 from herder.runtime.core.herder import HerderCore
+from herder.runtime.core.member import Generation
 from herder.runtime.protocol import Assignment, ConnectorTaskId
 from herder.runtime.status import State, StatusView, TaskStatus
 

@@ -1,5 +1,13 @@
-"""The worker's pure cores: no IO, no clock, no asyncio, randomness injected.
+"""Pure cores of the worker runtime: protocols and decisions as state machines.
 
-Each is fed events (with the time, where time matters) and returns or queues the
-effects its shell carries out, so the simulator can drive the same code as a worker.
+A core does no IO, reads no clock, starts no task and draws no randomness of its own:
+it is fed events with the current time (``now_ms``) and a ``random.Random`` at
+construction, and it answers with the effects to carry out. The asyncio shells in
+:mod:`herder.runtime.shell` feed the cores real sockets and the real clock; the
+simulator (``tests/sim/connect``) feeds them a fake network and a fake clock, and
+replays a failing seed exactly.
+
+* :mod:`.member`: the group member's protocol (Kafka's AbstractCoordinator).
+* :mod:`.herder`: everything the distributed herder decides (its effects in
+  :mod:`.effects`, the errors of request admission in :mod:`.admission`).
 """

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from herder.coordinator.client import Generation
 from herder.runtime.config_state import TargetState
+from herder.runtime.core.member import Generation
 from herder.runtime.protocol import ConnectorTaskId
 
 

@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from herder.coordinator.client import Generation
 from herder.errors import HerderError
 from herder.runtime.assignor import EagerAssignor
 from herder.runtime.config_state import (
@@ -57,6 +56,7 @@ from herder.runtime.core.effects import (
     Ticket,
     WriteTaskConfigs,
 )
+from herder.runtime.core.member import Generation
 from herder.runtime.protocol import Assignment, ConnectorTaskId, WorkerMetadata
 from herder.runtime.restart import RestartPlan, more_impactful
 from herder.runtime.rules import AfterRebalance, ReconfigurationSchedule, after_rebalance

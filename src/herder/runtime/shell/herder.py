@@ -23,12 +23,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from herder.coordinator.client import (
-    CoordinatorClient,
-    CoordinatorConnections,
-    Generation,
-    GroupMember,
-)
+from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.ensemble.client import EnsembleClient
 from herder.errors import HerderError, RebalanceInProgress, ServerStopping
 from herder.runtime.assignor import EagerAssignor
@@ -42,6 +37,7 @@ from herder.runtime.connector_offsets import ConnectorOffsets
 from herder.runtime.core import effects as fx
 from herder.runtime.core.admission import NotFound
 from herder.runtime.core.herder import HerderCore
+from herder.runtime.core.member import Generation
 from herder.runtime.loggers import Loggers
 from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import (
@@ -51,6 +47,7 @@ from herder.runtime.protocol import (
     encode_metadata,
 )
 from herder.runtime.rules import RequestQueue
+from herder.runtime.shell.member import GroupMember
 from herder.runtime.shell.requests import HerderRequests
 from herder.runtime.stores import ConfigStore, OffsetStore, StatusStore
 from herder.runtime.threads import SharedExecutor, blocking_calls
@@ -129,6 +126,8 @@ class DistributedHerder(HerderRequests):
         self._connector_starts: dict[str, asyncio.Task[bool]] = {}
         self._requests: RequestQueue[_Request] = RequestQueue()
         self._wake = asyncio.Event()
+        #: set when the group membership failed for good (:attr:`failure` says why)
+        self.failed = asyncio.Event()
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
         self._http = httpx.AsyncClient(timeout=30)
@@ -179,6 +178,7 @@ class DistributedHerder(HerderRequests):
             assign=self._assign,
             on_assigned=self._on_assigned,
             on_revoked=self._on_revoked,
+            on_failed=self._member_failed,
             session_timeout_ms=self.config.session_timeout_ms,
             rebalance_timeout_ms=self.config.rebalance_timeout_ms,
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
@@ -258,6 +258,16 @@ class DistributedHerder(HerderRequests):
 
     async def _on_assigned(self, generation: Generation, data: bytes) -> None:
         self.core.assigned(generation, decode_assignment(data))
+        self._wake.set()
+
+    def _member_failed(self, error: HerderError) -> None:
+        """The membership ended for good: requests are refused with the cause from now on,
+        and :attr:`failed` tells the worker process to stop."""
+        log.error(
+            "worker %s: left group %s for good: %s", self.worker_id, self.config.group_id, error
+        )
+        self.core.member_failed(error)
+        self.failed.set()
         self._wake.set()
 
     def _config_updated(self, snapshot: ClusterConfigSnapshot) -> None:
