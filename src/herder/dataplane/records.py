@@ -46,11 +46,6 @@ SEGMENT_SCHEMA = pa.schema([f for f in STAGE_SCHEMA if f.name not in ("topic", "
 SEGMENT_COLUMNS = tuple(SEGMENT_SCHEMA.names)
 
 
-def key_partition(key: bytes, partitions: int) -> int:
-    """The partition a record with ``key`` and no partition of its own goes to."""
-    return crc32(key) % partitions
-
-
 def _as_bytes(value: object, what: str, index: int) -> bytes | None:
     if value is None or type(value) is bytes:
         return value
