@@ -557,7 +557,6 @@ class SinkExecution(_Execution):
         self._generation: Generation | None = None
         #: delivered records whose offset commit failed and is to be tried again
         self._uncommitted = False
-        self._rebalanced = asyncio.Event()
         self._task_lock = asyncio.Lock()
         self.context = _SinkContext(self)
         #: where the task's code runs (the worker's, from the start of the execution)
