@@ -31,7 +31,7 @@ from typing import Any
 from herder.config import parse_properties
 from herder.coordinator.config import PROPERTY_NAMES as COORDINATOR_PROPERTIES
 from herder.coordinator.config import CoordinatorConfig
-from herder.coordinator.service import CoordinatorService
+from herder.coordinator.server import ensemble_server
 from herder.ensemble.config import EnsembleConfig
 from herder.ensemble.server import EnsembleServer
 from herder.errors import ConfigError, HerderError, RebalanceInProgress, RetriableError
@@ -212,9 +212,8 @@ class StandaloneWorker:
         """Start both, then create or update the connectors from the files."""
         settings = self.settings
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self.ensemble = EnsembleServer(
-            EnsembleConfig.from_properties(settings.ensemble),
-            services=[CoordinatorService(settings.coordinator)],
+        self.ensemble = ensemble_server(
+            EnsembleConfig.from_properties(settings.ensemble), settings.coordinator
         )
         try:
             await self.ensemble.start()
