@@ -75,7 +75,7 @@ from herder.errors import (
 )
 from herder.runtime.protocol import ConnectorTaskId
 from herder.runtime.stores import OffsetStore
-from herder.runtime.worker import TaskControl
+from herder.runtime.worker import ExecutionFactory, TaskControl
 from herder.runtime.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ SINK_MAX_RECORDS = "consumer.max.records"
 DEFAULT_SINK_MAX_RECORDS = 2_000_000
 
 
-class TaskExecutions:
+class TaskExecutions(ExecutionFactory):
     """The worker's execution factory: a source or sink loop for each task.
 
     Every execution of a worker runs on the worker's event loop and shares the worker's

@@ -258,12 +258,8 @@ class DistributedHerder:
         # what they add (and the retention passes every worker runs) opens now rather
         # than with the first task
         factory = self.worker.execution_factory
-        share = getattr(factory, "share", None)
-        if callable(share):
-            share(self.client, self.coordinator, self.connections, self.offsets)
-        open_executions = getattr(factory, "open", None)
-        if callable(open_executions):
-            self._in_background(open_executions())
+        factory.share(self.client, self.coordinator, self.connections, self.offsets)
+        self._in_background(factory.open())
         log.info(
             "worker %s started, REST at %s, group %s", self.worker_id, url, self.config.group_id
         )
@@ -898,9 +894,7 @@ class DistributedHerder:
         if not problems:
             # what only the data plane can judge: transforms as configured together,
             # predicates they name, converters, errors.*
-            check_data_plane = getattr(self.worker.execution_factory, "validate_config", None)
-            if check_data_plane is not None:
-                problems = check_data_plane(config)
+            problems = self.worker.execution_factory.validate_config(config)
         if problems:
             raise ConfigError(
                 "Connector configuration is invalid and contains the following "
