@@ -15,7 +15,8 @@ The config names the chain and its predicates as Connect's does::
     predicates.isOrders.pattern=orders.*
 
 ``type`` is Connect's class name, or its short form (``MaskField$Value``), or the
-dotted name of a :class:`~.base.Transformation` (:class:`~.base.Predicate`) subclass.
+dotted name of a :class:`~herder.connect.Transformation` (:class:`~herder.connect.Predicate`)
+subclass: whatever :func:`herder.connect.transforms.transformation_class` resolves.
 
 :meth:`TransformChain.apply` turns a DataFrame of records into one with the chain's
 result and an ``_error`` column: null for a record that went through, the failure
@@ -25,16 +26,12 @@ left as it was when it failed, and later transforms skip it.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from herder.config import ConfigDef, Importance, InvalidConfiguration, Type
-from herder.dataplane.errors import STAGE_TRANSFORMATION
-from herder.dataplane.transforms import cast, fields, predicates, routing
-from herder.dataplane.transforms.base import (
-    DATA_EXCEPTION,
+from herder.connect.transforms import (
     KEY,
     PART_COLUMNS,
     RAW_COLUMNS,
@@ -42,7 +39,11 @@ from herder.dataplane.transforms.base import (
     Predicate,
     Record,
     Transformation,
+    predicate_class,
+    transformation_class,
 )
+from herder.dataplane.errors import STAGE_TRANSFORMATION
+from herder.dataplane.transforms import routing
 from herder.dataplane.transforms.converters import Converter
 from herder.errors import ConfigError, NotSupported
 
@@ -55,37 +56,8 @@ PREDICATES: Final = "predicates"
 ORIGIN_TOPIC: Final = "_origin_topic"
 ERROR: Final = "_error"
 ERROR_DDL: Final = "struct<stage:string,class:string,exception:string,message:string>"
-
-BUILT_IN_TRANSFORMS: Final[tuple[type[Transformation], ...]] = (
-    *fields.TRANSFORMS,
-    *cast.TRANSFORMS,
-    *routing.TRANSFORMS,
-)
-BUILT_IN_PREDICATES: Final[tuple[type[Predicate], ...]] = predicates.PREDICATES
-
-
-def _lookup(name: str, kinds: Sequence[type[Any]], base: type[Any]) -> type[Any] | None:
-    for kind in kinds:
-        if name in (kind.class_name, kind.class_name.rsplit(".", 1)[1]):
-            return kind
-    module, _, attr = name.rpartition(".")
-    if not module:
-        return None
-    try:
-        found = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError):
-        return None
-    return found if isinstance(found, type) and issubclass(found, base) else None
-
-
-def transform_class(name: str) -> type[Transformation] | None:
-    """The transform a ``transforms.<alias>.type`` value names, or None."""
-    return _lookup(name, BUILT_IN_TRANSFORMS, Transformation)
-
-
-def predicate_class(name: str) -> type[Predicate] | None:
-    """The predicate a ``predicates.<alias>.type`` value names, or None."""
-    return _lookup(name, BUILT_IN_PREDICATES, Predicate)
+#: the exception class a failing record reports (``__connect.errors.exception.class.name``)
+DATA_EXCEPTION: Final = "herder.dataplane.errors.RecordError"
 
 
 def _aliases(settings: Mapping[str, Any], key: str) -> list[str]:
@@ -168,7 +140,7 @@ def _build(settings: Mapping[str, Any]) -> tuple[list[Step], list[str]]:
         if not kind:
             problems.append(_missing(prefix + "type"))
             continue
-        transform_kind = transform_class(str(kind).strip())
+        transform_kind = transformation_class(str(kind).strip())
         if transform_kind is None:
             problems.append(_not_found(prefix + "type", kind))
             continue
