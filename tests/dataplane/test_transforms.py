@@ -8,13 +8,15 @@ collected, keys and values decoded from JSON, with each record's failure if it f
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 import herder
-from herder.config import InvalidConfiguration
+from herder.config import ConfigDef, Importance, InvalidConfiguration, Type
+from herder.connect import Outcome, Record, Transformation
 from herder.connect.transforms import (
     installed_predicates,
     installed_transformations,
@@ -22,7 +24,7 @@ from herder.connect.transforms import (
 )
 from herder.dataplane import SparkRuntime
 from herder.dataplane.errors import RecordError
-from herder.dataplane.records import HEADER_TYPE
+from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL
 from herder.dataplane.transforms import TransformChain, validate_transforms
 from herder.dataplane.transforms.fields import InsertFieldValue
 from herder.dataplane.transforms.pipeline import RecordPipeline
@@ -256,6 +258,37 @@ def test_regex_router(spark: SparkRuntime) -> None:
     config = chain(("RegexRouter", {"regex": "(.*)-raw", "replacement": "$1-clean"}))
     out = run(spark, config, [record(1, topic="orders-raw"), record(2, topic="other")])
     assert [r["topic"] for r in out] == ["orders-clean", "other"]
+
+
+class Prefix(Transformation):
+    """A transform of a connector author's: known by its dotted name, not installed."""
+
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return ConfigDef().define("prefix", Type.STRING, importance=Importance.HIGH)
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        self.prefix = config["prefix"]
+
+    def apply(self, record: Record) -> Outcome:
+        from pyspark.sql import functions as F
+
+        return Outcome(updates={"topic": F.concat(F.lit(self.prefix), record.topic)})
+
+
+def test_a_chain_routes_when_a_transform_changes_the_topic(spark: SparkRuntime) -> None:
+    """Whatever transform it is: the source side then writes to each record's own topic."""
+    config = chain((f"{__name__}.Prefix", {"prefix": "x."}))
+    out = run(spark, config, [record(1, topic="orders"), record(2, topic="other")])
+    assert [r["topic"] for r in out] == ["x.orders", "x.other"]
+    columns = "topic string, partition int, timestamp timestamp, key binary, value binary"
+    df = spark.session.createDataFrame([], f"{columns}, headers {HEADERS_DDL}")
+    prefixed = TransformChain.from_settings(config)
+    prefixed.apply(df, sink=False)
+    assert prefixed.routes
+    masked = TransformChain.from_settings(chain(("MaskField$Value", {"fields": "ssn"})))
+    masked.apply(df, sink=False)
+    assert not masked.routes
 
 
 def test_timestamp_router(spark: SparkRuntime) -> None:

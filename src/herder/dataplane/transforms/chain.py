@@ -36,6 +36,7 @@ from herder.connect.transforms import (
     PART_COLUMNS,
     RAW_COLUMNS,
     VALUE,
+    Outcome,
     Predicate,
     Record,
     Transformation,
@@ -43,7 +44,6 @@ from herder.connect.transforms import (
     transformation_class,
 )
 from herder.dataplane.errors import STAGE_TRANSFORMATION
-from herder.dataplane.transforms import routing
 from herder.dataplane.transforms.converters import Converter
 from herder.errors import ConfigError, NotSupported
 
@@ -189,8 +189,10 @@ class TransformChain:
             if step.predicate is not None:
                 parsed |= step.predicate.reads
         self.parsed = frozenset(parsed)
-        #: whether a record can fail in the chain (known exactly once it has been applied)
+        #: whether a record can fail in the chain, and whether one's topic can change in it
+        #: (known exactly once it has been applied: what a transform changes is its outcome)
         self.may_fail = True
+        self.routes = True
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> TransformChain:
@@ -204,14 +206,6 @@ class TransformChain:
 
     def __bool__(self) -> bool:
         return bool(self.steps)
-
-    @property
-    def routes(self) -> bool:
-        """Whether the chain may change a record's topic."""
-        return any(
-            isinstance(s.transform, routing.RegexRouter | routing.TimestampRouter)
-            for s in self.steps
-        )
 
     def apply(self, df: DataFrame, *, sink: bool) -> DataFrame:
         """``df`` (columns topic, partition, timestamp, key, value, headers, and offset for a
@@ -237,18 +231,20 @@ class TransformChain:
             sink=sink,
             parsed=self.parsed,
         )
+        routes = False
         for step in self.steps:
-            df, fails = self._step(df, step, record)
-            may_fail = may_fail or fails
-        self.may_fail = may_fail
+            outcome = step.transform.apply(record)
+            df = self._step(df, step, record, outcome)
+            may_fail = may_fail or outcome.failure is not None
+            routes = routes or "topic" in outcome.updates
+        self.may_fail, self.routes = may_fail, routes
         return df
 
     @staticmethod
-    def _step(df: DataFrame, step: Step, record: Record) -> tuple[DataFrame, bool]:
-        """``df`` after ``step``, and whether the step can fail a record."""
+    def _step(df: DataFrame, step: Step, record: Record, outcome: Outcome) -> DataFrame:
+        """``df`` after ``step``, whose transform's effect is ``outcome``."""
         from pyspark.sql import functions as F
 
-        outcome = step.transform.apply(record)
         applies: Column = F.col(ERROR).isNull()
         if step.predicate is not None:
             holds = F.coalesce(step.predicate.test(record), F.lit(False))
@@ -277,7 +273,7 @@ class TransformChain:
             df = df.where(~F.coalesce(succeeds & ~outcome.keep, F.lit(False)))
         if changes:
             df = df.withColumns(changes)
-        return df, outcome.failure is not None
+        return df
 
     def output(self, part: str) -> Column:
         """The bytes of ``part`` after the chain: serialized again if it was parsed."""
