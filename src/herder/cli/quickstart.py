@@ -65,6 +65,7 @@ def quickstart(records: int, keep_running: bool, workdir: Path | None, timeout: 
 async def _run(root: Path, records: int, keep_running: bool, timeout: float) -> bool:
     from herder.coordinator.config import CoordinatorConfig
     from herder.coordinator.server import ensemble_server
+    from herder.dataplane.execution import TaskExecutions
     from herder.ensemble.config import EnsembleConfig
     from herder.runtime.process import WorkerProcess
 
@@ -93,7 +94,8 @@ async def _run(root: Path, records: int, keep_running: bool, timeout: float) -> 
             "heartbeat.interval.ms": "1000",
             "spark.master": "local[*]",
             "spark.driver.memory": "1g",
-        }
+        },
+        TaskExecutions,
     )
     started = time.monotonic()
     try:

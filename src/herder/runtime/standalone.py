@@ -36,7 +36,7 @@ from herder.ensemble.config import EnsembleConfig
 from herder.ensemble.server import EnsembleServer
 from herder.errors import ConfigError, HerderError, RebalanceInProgress, RetriableError
 from herder.runtime.herder import NotLeaderWorker
-from herder.runtime.process import WorkerProcess
+from herder.runtime.process import ExecutionsFor, WorkerProcess
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +193,14 @@ def standalone_settings(props: Mapping[str, str]) -> StandaloneSettings:
 class StandaloneWorker:
     """An embedded ensemble and one worker, started and stopped together."""
 
-    def __init__(self, props: Mapping[str, str], connectors: Sequence[ConnectorFile]) -> None:
+    def __init__(
+        self,
+        props: Mapping[str, str],
+        connectors: Sequence[ConnectorFile],
+        executions: ExecutionsFor,
+    ) -> None:
         self.settings = standalone_settings(props)
+        self.executions = executions
         names = [c.name for c in connectors]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -221,7 +227,9 @@ class StandaloneWorker:
             if host in ("0.0.0.0", "::", ""):
                 host = "127.0.0.1"
             self.bootstrap = f"{host}:{self.ensemble.port}"
-            worker = WorkerProcess({**settings.worker, "bootstrap.servers": self.bootstrap})
+            worker = WorkerProcess(
+                {**settings.worker, "bootstrap.servers": self.bootstrap}, self.executions
+            )
             try:
                 await worker.start()
             except BaseException:
@@ -311,10 +319,12 @@ class StandaloneWorker:
                     raise ConfigError(f"{connector.source}: {exc}") from None
 
 
-async def run_standalone(props: Mapping[str, str], connector_paths: Sequence[str]) -> None:
+async def run_standalone(
+    props: Mapping[str, str], connector_paths: Sequence[str], executions: ExecutionsFor
+) -> None:
     """Run a standalone worker until SIGTERM or SIGINT."""
     connectors = [load_connector_file(path) for path in connector_paths]
-    standalone = StandaloneWorker(props, connectors)
+    standalone = StandaloneWorker(props, connectors, executions)
     await standalone.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
