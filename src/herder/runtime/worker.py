@@ -155,9 +155,9 @@ class ExecutionFactory(Protocol):
 
     The herder hands it the worker's connections once they are up (:meth:`share`), opens
     it (:meth:`open`), asks it about a connector config before storing it
-    (:meth:`validate_config`), and the worker closes it last (:meth:`close`). Only
-    calling it is required: a factory that subclasses this protocol gets do-nothing
-    versions of the rest.
+    (:meth:`validate_config`), and the worker closes it last (:meth:`close`). A factory
+    that subclasses this protocol need only implement ``__call__``: it inherits
+    do-nothing versions of the rest.
     """
 
     def __call__(
