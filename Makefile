@@ -23,6 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 sim: $(STAMP)
 	HERDER_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim -q

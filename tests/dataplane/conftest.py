@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from herder.dataplane import SparkRuntime, Storage, Topics, spark_runtime, stop_spark
+from herder.dataplane.metadata import SegmentSlice
 from herder.dataplane.reader import slice_batches
-from herder.dataplane.topics import SegmentSlice
 from herder.ensemble.client import EnsembleClient
 from tests.harness import Processes
 from tests.integration.conftest import ServerHandle, make_server

@@ -8,23 +8,24 @@ collected, keys and values decoded from JSON, with each record's failure if it f
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from herder.config import InvalidConfiguration
+import herder
+from herder.config import ConfigDef, Importance, InvalidConfiguration, Type
+from herder.connect import Outcome, Record, Transformation
+from herder.connect.transforms import (
+    installed_predicates,
+    installed_transformations,
+    transformation_class,
+)
 from herder.dataplane import SparkRuntime
 from herder.dataplane.errors import RecordError
-from herder.dataplane.records import HEADER_TYPE
-from herder.dataplane.transforms import (
-    PREDICATE,
-    TRANSFORMATION,
-    TransformChain,
-    plugins,
-    transform_class,
-    validate_transforms,
-)
+from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL
+from herder.dataplane.transforms import TransformChain, validate_transforms
 from herder.dataplane.transforms.fields import InsertFieldValue
 from herder.dataplane.transforms.pipeline import RecordPipeline
 from herder.errors import NotSupported
@@ -259,6 +260,37 @@ def test_regex_router(spark: SparkRuntime) -> None:
     assert [r["topic"] for r in out] == ["orders-clean", "other"]
 
 
+class Prefix(Transformation):
+    """A transform of a connector author's: known by its dotted name, not installed."""
+
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return ConfigDef().define("prefix", Type.STRING, importance=Importance.HIGH)
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        self.prefix = config["prefix"]
+
+    def apply(self, record: Record) -> Outcome:
+        from pyspark.sql import functions as F
+
+        return Outcome(updates={"topic": F.concat(F.lit(self.prefix), record.topic)})
+
+
+def test_a_chain_routes_when_a_transform_changes_the_topic(spark: SparkRuntime) -> None:
+    """Whatever transform it is: the source side then writes to each record's own topic."""
+    config = chain((f"{__name__}.Prefix", {"prefix": "x."}))
+    out = run(spark, config, [record(1, topic="orders"), record(2, topic="other")])
+    assert [r["topic"] for r in out] == ["x.orders", "x.other"]
+    columns = "topic string, partition int, timestamp timestamp, key binary, value binary"
+    df = spark.session.createDataFrame([], f"{columns}, headers {HEADERS_DDL}")
+    prefixed = TransformChain.from_settings(config)
+    prefixed.apply(df, sink=False)
+    assert prefixed.routes
+    masked = TransformChain.from_settings(chain(("MaskField$Value", {"fields": "ssn"})))
+    masked.apply(df, sink=False)
+    assert not masked.routes
+
+
 def test_timestamp_router(spark: SparkRuntime) -> None:
     config = chain(
         ("TimestampRouter", {"topic.format": "${topic}_${timestamp}", "timestamp.format": "yyyyMM"})
@@ -366,8 +398,8 @@ def test_type_names_resolve_to_the_same_class() -> None:
         "InsertField$Value",
         "herder.dataplane.transforms.fields.InsertFieldValue",
     ):
-        assert transform_class(name) is InsertFieldValue
-    assert transform_class("NoSuchTransform") is None
+        assert transformation_class(name) is InsertFieldValue
+    assert transformation_class("NoSuchTransform") is None
 
 
 def test_bad_configs_name_every_key() -> None:
@@ -397,23 +429,25 @@ def test_bad_configs_name_every_key() -> None:
         TransformChain.from_settings({"value.converter.schemas.enable": "true"})
 
 
-def test_plugins_list_every_transform_and_predicate() -> None:
-    listed = {p.class_name: p for p in plugins()}
+def test_every_transform_and_predicate_is_installed() -> None:
+    """herder's own are found as a third party's are: through the entry points."""
+    transforms = {k.class_name: k for k in installed_transformations()}
+    predicates = {k.class_name: k for k in installed_predicates()}
     prefix = "org.apache.kafka.connect.transforms."
-    for name in (
+    assert set(transforms) >= {prefix + name for name in (
         "InsertField$Key", "InsertField$Value", "ReplaceField$Key", "ReplaceField$Value",
         "MaskField$Key", "MaskField$Value", "Cast$Key", "Cast$Value", "ValueToKey",
         "ExtractField$Key", "ExtractField$Value", "HoistField$Key", "HoistField$Value",
         "TimestampConverter$Key", "TimestampConverter$Value", "RegexRouter",
         "TimestampRouter", "Filter",
-    ):  # fmt: skip
-        assert listed[prefix + name].type == TRANSFORMATION
-    for name in ("TopicNameMatches", "HasHeaderKey", "RecordIsTombstone"):
-        assert listed[prefix + "predicates." + name].type == PREDICATE
-    cast = listed[prefix + "Cast$Value"]
-    assert "spec" in cast.config_def.keys
-    assert cast.to_json() == {"class": prefix + "Cast$Value", "type": "transformation",
-                              "version": cast.version}  # fmt: skip
+    )}  # fmt: skip
+    assert set(predicates) >= {
+        prefix + "predicates." + name
+        for name in ("TopicNameMatches", "HasHeaderKey", "RecordIsTombstone")
+    }
+    cast = transforms[prefix + "Cast$Value"]
+    assert "spec" in cast.config_def().keys
+    assert cast.version() == herder.__version__
 
 
 # -- the task's side: source batches and sink batches ------------------------------------

@@ -39,7 +39,7 @@ from herder.runtime.protocol import (
 from herder.runtime.shell.herder import DistributedHerder
 from herder.runtime.status import State
 from herder.runtime.stores import ConfigStore
-from herder.runtime.worker import TaskControl, Worker
+from herder.runtime.worker import ExecutionFactory, TaskControl, Worker
 from herder.runtime.worker_config import WorkerConfig
 from tests.integration.conftest import ServerHandle
 
@@ -87,7 +87,7 @@ class ScriptedMember:
         return asyncio.ensure_future(self.on_revoked())
 
 
-class Executions:
+class Executions(ExecutionFactory):
     """A ``task.execution.factory`` that counts each task's live executions.
 
     An execution runs until told to stop, unless it is ``stubborn``: then it ignores

@@ -149,7 +149,10 @@ def test_server_info_plugins_and_validation(logs_on_failure: RestCluster) -> Non
     everything = get(f"{b}/connector-plugins?connectorsOnly=false").json()
     assert_conforms("plugin_infos", everything)
     assert everything[: len(connectors)] == connectors
-    assert {p["type"] for p in everything} <= {"source", "sink", "transformation", "predicate"}
+    assert {p["type"] for p in everything} == {"source", "sink", "transformation", "predicate"}
+    installed = {p["class"]: p["type"] for p in everything}
+    assert installed["org.apache.kafka.connect.transforms.Cast$Value"] == "transformation"
+    assert installed["org.apache.kafka.connect.transforms.predicates.HasHeaderKey"] == "predicate"
 
     keys = get(f"{a}/connector-plugins/{SOURCE}/config").json()
     assert_conforms("config_key_infos", keys)

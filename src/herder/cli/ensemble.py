@@ -32,13 +32,14 @@ def start(config_path: Path) -> None:
     """Run one ensemble server until SIGTERM."""
     from herder.config import load_properties, resolve
     from herder.coordinator.config import CoordinatorConfig
-    from herder.coordinator.service import CoordinatorService
+    from herder.coordinator.server import ensemble_server
     from herder.ensemble.server import run_server
 
     props = resolve(load_properties(config_path))
-    config = EnsembleConfig.from_properties(props)
-    coordinator = CoordinatorService(CoordinatorConfig.from_properties(props))
-    asyncio.run(run_server(config, services=[coordinator]))
+    server = ensemble_server(
+        EnsembleConfig.from_properties(props), CoordinatorConfig.from_properties(props)
+    )
+    asyncio.run(run_server(server))
 
 
 @ensemble.command()

@@ -64,9 +64,9 @@ def quickstart(records: int, keep_running: bool, workdir: Path | None, timeout: 
 
 async def _run(root: Path, records: int, keep_running: bool, timeout: float) -> bool:
     from herder.coordinator.config import CoordinatorConfig
-    from herder.coordinator.service import CoordinatorService
+    from herder.coordinator.server import ensemble_server
+    from herder.dataplane.execution import TaskExecutions
     from herder.ensemble.config import EnsembleConfig
-    from herder.ensemble.server import EnsembleServer
     from herder.runtime.process import WorkerProcess
 
     out = console()
@@ -75,11 +75,11 @@ async def _run(root: Path, records: int, keep_running: bool, timeout: float) -> 
         for i in range(records):
             f.write(f"line {i:09d} " + "x" * 80 + "\n")
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", ""))
-    ensemble = EnsembleServer(
+    ensemble = ensemble_server(
         EnsembleConfig.from_properties(
             {"dataDir": str(root / "ensemble"), "clientPort": "0", "clientPortAddress": "127.0.0.1"}
         ),
-        services=[CoordinatorService(CoordinatorConfig(group_min_session_timeout_ms=1000))],
+        CoordinatorConfig(group_min_session_timeout_ms=1000),
     )
     await ensemble.start()
     bootstrap = f"127.0.0.1:{ensemble.port}"
@@ -94,7 +94,8 @@ async def _run(root: Path, records: int, keep_running: bool, timeout: float) -> 
             "heartbeat.interval.ms": "1000",
             "spark.master": "local[*]",
             "spark.driver.memory": "1g",
-        }
+        },
+        TaskExecutions,
     )
     started = time.monotonic()
     try:

@@ -33,7 +33,8 @@ def standalone(worker_config: Path, connector_configs: tuple[Path, ...]) -> None
     same and updated otherwise. The REST API is the distributed worker's.
     """
     from herder.config import load_properties, resolve
+    from herder.dataplane.execution import TaskExecutions
     from herder.runtime.standalone import run_standalone
 
     props = resolve(load_properties(worker_config))
-    asyncio.run(run_standalone(props, [str(path) for path in connector_configs]))
+    asyncio.run(run_standalone(props, [str(path) for path in connector_configs], TaskExecutions))

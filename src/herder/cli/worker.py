@@ -24,6 +24,7 @@ def worker() -> None:
 def start(config_path: Path) -> None:
     """Run one worker until SIGTERM."""
     from herder.config import load_properties, resolve
+    from herder.dataplane.execution import TaskExecutions
     from herder.runtime.process import run_worker
 
-    asyncio.run(run_worker(resolve(load_properties(config_path))))
+    asyncio.run(run_worker(resolve(load_properties(config_path)), TaskExecutions))

@@ -31,6 +31,10 @@ Make it known to workers through the ``herder.connectors`` entry-point group of 
 package (``ticker = "mypkg.ticker:TickerConnector"``), then create it with
 ``connector.class=TickerConnector`` (or ``Ticker``, or ``mypkg.ticker.TickerConnector``).
 Declare your keys in :meth:`Connector.config_def` with :class:`herder.config.ConfigDef`.
+
+A single message transform is a :class:`Transformation` (and a condition on records a
+:class:`Predicate`), installed the same way under ``herder.transforms`` (and
+``herder.predicates``): see :mod:`herder.connect.transforms`.
 """
 
 from herder.connect.connector import (
@@ -54,6 +58,7 @@ from herder.connect.records import (
 from herder.connect.sink import SinkTask, SinkTaskContext
 from herder.connect.source import OffsetReader, SourceTask, SourceTaskContext
 from herder.connect.task import UNDEFINED_VERSION, Task
+from herder.connect.transforms import Outcome, Predicate, Record, Transformation
 
 __all__ = [
     "SINK_COLUMNS",
@@ -65,6 +70,9 @@ __all__ = [
     "Header",
     "OffsetRange",
     "OffsetReader",
+    "Outcome",
+    "Predicate",
+    "Record",
     "SinkConnector",
     "SinkTask",
     "SinkTaskContext",
@@ -77,4 +85,5 @@ __all__ = [
     "SourceTaskContext",
     "Task",
     "TopicPartition",
+    "Transformation",
 ]

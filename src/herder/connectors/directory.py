@@ -71,6 +71,7 @@ from herder.connectors.spark_files import (
     join_parts,
 )
 from herder.errors import ConfigError
+from herder.files import fsync_path
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -328,8 +329,6 @@ class DirectorySinkTask(SinkTask):
         return VERSION
 
     def start(self, config: dict[str, str]) -> None:
-        from herder.ensemble.storage.files import fsync_path
-
         settings = DirectorySinkConnector().config_def().parse(config)
         directory: str = settings[DIRECTORY]
         self.directory = os.path.abspath(directory.removeprefix("file://"))
@@ -397,8 +396,6 @@ class DirectorySinkTask(SinkTask):
         return found
 
     def put(self, df: DataFrame) -> None:
-        from herder.ensemble.storage.files import fsync_path
-
         owned = sorted(self.bases)
         if not owned:
             return

@@ -10,6 +10,8 @@ import os
 import threading
 from collections.abc import Callable
 
+from herder import files
+
 
 def hidden(name: str) -> bool:
     """Whether ``name`` is one Spark's readers skip (and its writers use for checksums,
@@ -37,15 +39,13 @@ def join_parts(parts: list[str], target: str) -> None:
     for (joining two parts of 100 MB and fsyncing the result took 0.16 s without this,
     0.12 s with it).
     """
-    from herder.ensemble.storage.files import start_writeback
-
     if not parts:
         open(target, "wb").close()
         return
     first, rest = parts[0], parts[1:]
     out = os.open(first, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
     try:
-        start_writeback(out)
+        files.start_writeback(out)
         end = os.fstat(out).st_size
         for part in rest:
             src = os.open(part, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -66,8 +66,6 @@ JOIN_CHUNK = 8 << 20
 def _append(src: int, out: int, at: int) -> int:
     """Copy file ``src`` into ``out`` from byte ``at``, a chunk at a time, each chunk's
     write-back started as it is copied; where ``out`` ends then."""
-    from herder.ensemble.storage.files import start_writeback
-
     size = os.fstat(src).st_size
     copied = 0
     in_kernel = True
@@ -83,7 +81,7 @@ def _append(src: int, out: int, at: int) -> int:
             count = os.pwrite(out, os.pread(src, count, copied), at + copied)
         if count == 0:
             break
-        start_writeback(out, at + copied, count)
+        files.start_writeback(out, at + copied, count)
         copied += count
     return at + copied
 
@@ -114,8 +112,6 @@ class WriteBehind:
         self._thread.join()
 
     def _run(self) -> None:
-        from herder.ensemble.storage.files import start_writeback
-
         while not self._done.wait(self.interval):
             for folder, _, names in os.walk(self.folder):
                 for name in names:
@@ -126,6 +122,6 @@ class WriteBehind:
                     except OSError:
                         continue
                     try:
-                        start_writeback(fd)
+                        files.start_writeback(fd)
                     finally:
                         os.close(fd)

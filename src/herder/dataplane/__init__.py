@@ -20,6 +20,7 @@ from herder.dataplane.metadata import (
     TOPICS_LOG,
     PartitionState,
     Segment,
+    SegmentSlice,
     Topic,
     TopicSpec,
     segment_log,
@@ -38,7 +39,6 @@ from herder.dataplane.topics import (
     BatchOps,
     Committed,
     RetentionReport,
-    SegmentSlice,
     Topics,
     TxnRefused,
 )

@@ -72,7 +72,7 @@ from herder.runtime.core.member import Generation
 from herder.runtime.protocol import ConnectorTaskId
 from herder.runtime.shell.member import GroupMember
 from herder.runtime.stores import OffsetStore
-from herder.runtime.worker import TaskControl
+from herder.runtime.worker import ExecutionFactory, TaskControl
 from herder.runtime.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ SINK_MAX_RECORDS = "consumer.max.records"
 DEFAULT_SINK_MAX_RECORDS = 2_000_000
 
 
-class TaskExecutions:
+class TaskExecutions(ExecutionFactory):
     """The worker's execution factory: a source or sink loop for each task.
 
     Every execution of a worker runs on the worker's event loop and shares the worker's
@@ -494,7 +494,6 @@ class _SinkContext(SinkTaskContext):
         self._execution = execution
         self._paused: set[TopicPartition] = set()
         self.rewinds: dict[TopicPartition, int] = {}
-        self.commit_requested = False
         #: the offset ranges of the DataFrame of the put in progress
         self.ranges: Sequence[OffsetRange] | None = None
 
@@ -521,7 +520,7 @@ class _SinkContext(SinkTaskContext):
         return frozenset(self._paused)
 
     def request_commit(self) -> None:
-        self.commit_requested = True
+        """Nothing to do: the offsets of every put are committed as soon as it returns."""
 
     def offset_ranges(self) -> Sequence[OffsetRange] | None:
         return self.ranges
@@ -554,7 +553,6 @@ class SinkExecution(_Execution):
         self._generation: Generation | None = None
         #: delivered records whose offset commit failed and is to be tried again
         self._uncommitted = False
-        self._rebalanced = asyncio.Event()
         self._task_lock = asyncio.Lock()
         self.context = _SinkContext(self)
         #: where the task's code runs (the worker's, from the start of the execution)

@@ -160,6 +160,20 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
         return self.delete_after_ms is not None
 
 
+@dataclass(frozen=True)
+class SegmentSlice:
+    """Offsets [from_offset, to_offset) of one committed segment, for a reader."""
+
+    topic: str
+    segment: Segment
+    from_offset: int
+    to_offset: int
+
+    @property
+    def partition(self) -> int:
+        return self.segment.partition
+
+
 class StartOffset(msgspec.Struct, frozen=True):
     """A partition's start offset: readers see no record below it."""
 

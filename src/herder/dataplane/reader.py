@@ -41,10 +41,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from herder.connect import OffsetRange, TopicPartition
-from herder.dataplane.metadata import Segment
+from herder.dataplane.metadata import Segment, SegmentSlice
 from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL, SEGMENT_SCHEMA
 from herder.dataplane.storage import Storage
-from herder.dataplane.topics import SegmentSlice
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

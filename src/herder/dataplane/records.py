@@ -43,12 +43,6 @@ STAGE_SCHEMA = pa.schema(
 #: The columns of a segment file; one may leave out ``key`` (no keys), ``headers`` (no
 #: headers) and ``timestamp`` (all its segment's ``max_timestamp``), see :mod:`.writer`.
 SEGMENT_SCHEMA = pa.schema([f for f in STAGE_SCHEMA if f.name not in ("topic", "partition")])
-SEGMENT_COLUMNS = tuple(SEGMENT_SCHEMA.names)
-
-
-def key_partition(key: bytes, partitions: int) -> int:
-    """The partition a record with ``key`` and no partition of its own goes to."""
-    return crc32(key) % partitions
 
 
 def _as_bytes(value: object, what: str, index: int) -> bytes | None:

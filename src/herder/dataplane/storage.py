@@ -38,8 +38,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from herder.ensemble.storage.files import fsync_path
 from herder.errors import ConfigError
+from herder.files import fsync_path
 
 STAGING = "_staging"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")

@@ -42,6 +42,7 @@ from herder.dataplane.metadata import (
     PartitionState,
     RetentionPlan,
     Segment,
+    SegmentSlice,
     StartOffset,
     Topic,
     TopicSpec,
@@ -52,6 +53,7 @@ from herder.dataplane.metadata import (
     plan_retention,
     segment_log,
 )
+from herder.dataplane.reader import slices_dataframe
 from herder.dataplane.staged import StagedBatch
 from herder.dataplane.storage import STAGING, FileEntry, Storage, batch_of, parse_writer_dir
 from herder.ensemble.client import EnsembleClient
@@ -137,20 +139,6 @@ class Committed:
     @property
     def zxid(self) -> int:
         return self.result.zxid
-
-
-@dataclass(frozen=True)
-class SegmentSlice:
-    """Offsets [from_offset, to_offset) of one committed segment, for a reader."""
-
-    topic: str
-    segment: Segment
-    from_offset: int
-    to_offset: int
-
-    @property
-    def partition(self) -> int:
-        return self.segment.partition
 
 
 @dataclass
@@ -591,8 +579,6 @@ class Topics:
         """:meth:`read`, with, if ``ranged``, the offset range each of the DataFrame's
         Spark partitions holds, in their order, or None if they do not follow offset
         ranges (see :func:`~herder.dataplane.reader.slices_dataframe`)."""
-        from herder.dataplane.reader import slices_dataframe
-
         if self.spark is None:
             raise ConfigError("reading a topic into a DataFrame needs a Spark runtime")
         runtime, storage = self.spark, self.storage

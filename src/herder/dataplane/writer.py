@@ -424,7 +424,7 @@ def _write_partition(
     """Write a batch whose rows all go to ``partition`` of ``topic``, into its directory.
 
     ``df`` has the columns of a segment file, in their order
-    (:data:`~herder.dataplane.records.SEGMENT_COLUMNS`, those it keeps). Without
+    (:data:`~herder.dataplane.records.SEGMENT_SCHEMA`, those it keeps). Without
     ``partitionBy`` Spark adds no sort before writing, so each task's file holds its rows
     in the order they come, and a task starts a new file (``c001``, …) every
     :data:`MAX_RECORDS_PER_FILE` rows: the files, in :func:`_file_order`, hold the

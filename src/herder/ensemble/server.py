@@ -629,16 +629,15 @@ class EnsembleServer:
         }
 
 
-async def run_server(config: EnsembleConfig, services: Sequence[LeaderService] = ()) -> None:
-    """Run a server until SIGTERM or SIGINT, then stop it cleanly."""
+async def run_server(server: EnsembleServer) -> None:
+    """Start ``server``, run it until SIGTERM or SIGINT, then stop it cleanly."""
     import signal
 
-    server = EnsembleServer(config, services=services)
     await server.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info("server %d stopping on signal", config.server_id)
+    log.info("server %d stopping on signal", server.config.server_id)
     await server.stop()

@@ -12,11 +12,11 @@ A connector config's ``connector.class`` then names one of them by its full dott
 (``FileStreamSource``), as Connect allows. Any other dotted name is imported, so a
 connector can also live in a module that is merely importable.
 
-Transformations and predicates are plugins too: the data plane that applies them lists
-them (``herder.dataplane.transforms.plugins()``, found by module name as the task
-execution factory is, since the runtime sits below the data plane). ``GET
-/connector-plugins?connectorsOnly=false`` shows them, and validation checks the
-``transforms.<alias>.*`` and ``predicates.<alias>.*`` keys against their ConfigDefs.
+Transformations and predicates are plugins too, installed under the ``herder.transforms``
+and ``herder.predicates`` entry points (see :mod:`herder.connect.transforms`; the data
+plane's own are installed there as well). ``GET /connector-plugins?connectorsOnly=false``
+shows them, and validation checks the ``transforms.<alias>.*`` and
+``predicates.<alias>.*`` keys against their ConfigDefs.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Final
 
 from herder.config import ConfigDef, ConfigValue, Importance, Type
 from herder.connect import UNDEFINED_VERSION, Connector, ConnectorType
+from herder.connect.transforms import installed_predicates, installed_transformations
 from herder.errors import ConfigError, HerderError
 
 __all__ = [
@@ -42,8 +43,9 @@ __all__ = [
     "class_name",
 ]
 
-#: where the data plane lists its transformations and predicates
-TRANSFORMS_MODULE: Final = "herder.dataplane.transforms"
+#: the ``type`` Connect's PluginInfo gives each kind of transform plugin
+TRANSFORMATION: Final = "transformation"
+PREDICATE: Final = "predicate"
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ class PluginInfo:
 
 @dataclass(frozen=True, slots=True)
 class TransformPlugin:
-    """A transformation or predicate the data plane offers."""
+    """An installed transformation or predicate."""
 
     class_name: str
     #: "transformation" or "predicate", as Connect's PluginInfo types them
@@ -92,27 +94,22 @@ class TransformPlugin:
 
 
 def _transform_plugins() -> list[TransformPlugin]:
-    """What the data plane's transforms module lists, or nothing if it has no such list."""
-    try:
-        module = importlib.import_module(TRANSFORMS_MODULE)
-    except ImportError:
-        return []
-    listing = getattr(module, "plugins", None)
-    if not callable(listing):
-        return []
+    """Every installed transformation and predicate, sorted by class name.
+
+    One whose version or ConfigDef cannot be had is logged and left out, so one broken
+    plugin does not take the listing down."""
     found = []
-    for plugin in listing():
-        name = getattr(plugin, "class_name", None) or getattr(plugin, "name", None)
-        kind = getattr(plugin, "type", "")
-        kind = str(getattr(kind, "value", kind))
-        config_def = getattr(plugin, "config_def", None)
-        if callable(config_def):
-            config_def = config_def()
-        if not isinstance(name, str) or not isinstance(config_def, ConfigDef):
-            log.warning("Skipping transform plugin %r: it has no class name or ConfigDef", plugin)
-            continue
-        version = str(getattr(plugin, "version", None) or UNDEFINED_VERSION)
-        found.append(TransformPlugin(name, kind, version, config_def))
+    for kind, classes in (
+        (TRANSFORMATION, installed_transformations()),
+        (PREDICATE, installed_predicates()),
+    ):
+        for klass in classes:
+            try:
+                found.append(
+                    TransformPlugin(klass.class_name, kind, klass.version(), klass.config_def())
+                )
+            except Exception as exc:
+                log.warning("Skipping %s plugin %s: %s", kind, klass.class_name, exc)
     return sorted(found, key=lambda p: p.class_name)
 
 
@@ -185,7 +182,7 @@ class Plugins:
             ) from exc
 
     def transform_plugins(self) -> list[TransformPlugin]:
-        """The transformations and predicates the data plane offers, by class name."""
+        """The installed transformations and predicates, by class name."""
         return _transform_plugins()
 
     def all_plugins(self, *, connectors_only: bool) -> list[dict[str, str]]:

@@ -6,7 +6,7 @@ import asyncio
 import importlib
 import logging
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import uvicorn
@@ -20,14 +20,20 @@ from herder.runtime.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
 
-#: how tasks move data unless ``task.execution.factory`` names another callable
-DEFAULT_EXECUTION_FACTORY = "herder.dataplane.execution:TaskExecutions"
+#: how a worker's tasks move data: the data plane's factory, given by the layer that
+#: starts the worker (the runtime sits below the data plane and cannot name it)
+ExecutionsFor = Callable[[WorkerConfig], ExecutionFactory]
 
 
-def load_execution_factory(props: Mapping[str, Any], config: WorkerConfig) -> ExecutionFactory:
-    """The data plane's task executions (or a test's, via ``task.execution.factory``)."""
-    path = str(props.get("task.execution.factory", DEFAULT_EXECUTION_FACTORY))
-    module_name, _, attr = path.partition(":")
+def load_execution_factory(
+    props: Mapping[str, Any], config: WorkerConfig, executions: ExecutionsFor
+) -> ExecutionFactory:
+    """``executions`` for this worker, unless ``task.execution.factory`` names another
+    (``module:attribute``, a test's)."""
+    path = props.get("task.execution.factory")
+    if path is None:
+        return executions(config)
+    module_name, _, attr = str(path).partition(":")
     try:
         factory_class = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
@@ -39,10 +45,10 @@ def load_execution_factory(props: Mapping[str, Any], config: WorkerConfig) -> Ex
 class WorkerProcess:
     """Everything one ``herder worker start`` runs."""
 
-    def __init__(self, props: Mapping[str, Any]) -> None:
+    def __init__(self, props: Mapping[str, Any], executions: ExecutionsFor) -> None:
         self.config = WorkerConfig.from_properties(props)
         self.herder = DistributedHerder(
-            self.config, Plugins.discover(), load_execution_factory(props, self.config)
+            self.config, Plugins.discover(), load_execution_factory(props, self.config, executions)
         )
         self._server: uvicorn.Server | None = None
         self._serving: asyncio.Task[None] | None = None
@@ -76,8 +82,8 @@ class WorkerProcess:
             await self._serving
 
 
-async def run_worker(props: Mapping[str, Any]) -> None:
-    process = WorkerProcess(props)
+async def run_worker(props: Mapping[str, Any], executions: ExecutionsFor) -> None:
+    process = WorkerProcess(props, executions)
     await process.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

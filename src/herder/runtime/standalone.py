@@ -31,12 +31,12 @@ from typing import Any
 from herder.config import parse_properties
 from herder.coordinator.config import PROPERTY_NAMES as COORDINATOR_PROPERTIES
 from herder.coordinator.config import CoordinatorConfig
-from herder.coordinator.service import CoordinatorService
+from herder.coordinator.server import ensemble_server
 from herder.ensemble.config import EnsembleConfig
 from herder.ensemble.server import EnsembleServer
 from herder.errors import ConfigError, HerderError, RebalanceInProgress, RetriableError
 from herder.runtime.core.admission import NotLeaderWorker
-from herder.runtime.process import WorkerProcess
+from herder.runtime.process import ExecutionsFor, WorkerProcess
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +193,14 @@ def standalone_settings(props: Mapping[str, str]) -> StandaloneSettings:
 class StandaloneWorker:
     """An embedded ensemble and one worker, started and stopped together."""
 
-    def __init__(self, props: Mapping[str, str], connectors: Sequence[ConnectorFile]) -> None:
+    def __init__(
+        self,
+        props: Mapping[str, str],
+        connectors: Sequence[ConnectorFile],
+        executions: ExecutionsFor,
+    ) -> None:
         self.settings = standalone_settings(props)
+        self.executions = executions
         names = [c.name for c in connectors]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -212,9 +218,8 @@ class StandaloneWorker:
         """Start both, then create or update the connectors from the files."""
         settings = self.settings
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self.ensemble = EnsembleServer(
-            EnsembleConfig.from_properties(settings.ensemble),
-            services=[CoordinatorService(settings.coordinator)],
+        self.ensemble = ensemble_server(
+            EnsembleConfig.from_properties(settings.ensemble), settings.coordinator
         )
         try:
             await self.ensemble.start()
@@ -222,7 +227,9 @@ class StandaloneWorker:
             if host in ("0.0.0.0", "::", ""):
                 host = "127.0.0.1"
             self.bootstrap = f"{host}:{self.ensemble.port}"
-            worker = WorkerProcess({**settings.worker, "bootstrap.servers": self.bootstrap})
+            worker = WorkerProcess(
+                {**settings.worker, "bootstrap.servers": self.bootstrap}, self.executions
+            )
             try:
                 await worker.start()
             except BaseException:
@@ -312,10 +319,12 @@ class StandaloneWorker:
                     raise ConfigError(f"{connector.source}: {exc}") from None
 
 
-async def run_standalone(props: Mapping[str, str], connector_paths: Sequence[str]) -> None:
+async def run_standalone(
+    props: Mapping[str, str], connector_paths: Sequence[str], executions: ExecutionsFor
+) -> None:
     """Run a standalone worker until SIGTERM or SIGINT."""
     connectors = [load_connector_file(path) for path in connector_paths]
-    standalone = StandaloneWorker(props, connectors)
+    standalone = StandaloneWorker(props, connectors, executions)
     await standalone.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -50,12 +50,14 @@ from herder.connect import (
     Task,
     TopicPartition,
 )
+from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
+from herder.ensemble.client import EnsembleClient
 from herder.errors import HerderError
 from herder.runtime.config_state import TargetState
 from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import ConnectorTaskId
 from herder.runtime.status import ConnectorStatus, State, TaskStatus, TopicStatus
-from herder.runtime.stores import StatusStore
+from herder.runtime.stores import OffsetStore, StatusStore
 from herder.runtime.threads import DaemonThreadPool, TaskThread
 
 log = logging.getLogger(__name__)
@@ -148,8 +150,46 @@ class TaskExecution(Protocol):
     async def execute(self, control: TaskControl) -> None: ...
 
 
-#: builds the execution for (task id, the started task, its config, its connector's config)
-ExecutionFactory = Callable[[ConnectorTaskId, Task, dict[str, str], dict[str, str]], TaskExecution]
+class ExecutionFactory(Protocol):
+    """Makes each task's :class:`TaskExecution`: the data plane, or a test's stand-in.
+
+    The herder hands it the worker's connections once they are up (:meth:`share`), opens
+    it (:meth:`open`), asks it about a connector config before storing it
+    (:meth:`validate_config`), and the worker closes it last (:meth:`close`). A factory
+    that subclasses this protocol need only implement ``__call__``: it inherits
+    do-nothing versions of the rest.
+    """
+
+    def __call__(
+        self,
+        task_id: ConnectorTaskId,
+        task: Task,
+        config: dict[str, str],
+        connector_config: dict[str, str],
+    ) -> TaskExecution:
+        """The execution of the started ``task`` with ``config`` (and its connector's)."""
+        ...
+
+    def share(
+        self,
+        client: EnsembleClient,
+        coordinator: CoordinatorClient,
+        connections: CoordinatorConnections,
+        offsets: OffsetStore,
+    ) -> None:
+        """Use the worker's started ensemble session, coordinator connections and source
+        offset follower for the tasks, rather than open a second set (before :meth:`open`)."""
+
+    async def open(self) -> None:
+        """Open what the executions share (the worker runs this in the background)."""
+
+    def validate_config(self, config: Mapping[str, str]) -> list[str]:
+        """Problems with a connector config that only the executions can judge (its
+        transforms, converters, ``errors.*``), one line each; none by default."""
+        return []
+
+    async def close(self) -> None:
+        """Stop what :meth:`open` started; the worker's tasks have stopped by now."""
 
 
 class _Context(ConnectorContext):

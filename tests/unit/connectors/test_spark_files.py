@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from herder import files
 from herder.connectors import spark_files
 from herder.connectors.spark_files import WriteBehind, is_data_file, is_first_part, join_parts
-from herder.ensemble.storage import files
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from herder.ensemble.storage import OsFileSystem, Storage
-from herder.ensemble.storage.files import start_writeback
 from herder.ensemble.storage.frames import encode
+from herder.files import start_writeback
 
 from .support import payload, zx
 

@@ -17,12 +17,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from herder.config import ConfigDef, Importance, Type, ValidString
 from herder.config.parsing import invalid_value
-from herder.dataplane.transforms.base import (
+from herder.connect.transforms import KEY, VALUE, Outcome, Record
+from herder.dataplane.transforms.builtin import (
     CONNECT_TRANSFORMS,
-    KEY,
-    VALUE,
-    Outcome,
-    Record,
     field_path,
     get_field,
     is_absent,
@@ -271,6 +268,3 @@ class TimestampConverterKey(TimestampConverter):
 class TimestampConverterValue(TimestampConverter):
     class_name = f"{CONNECT_TRANSFORMS}.TimestampConverter$Value"
     part = VALUE
-
-
-TRANSFORMS = (CastKey, CastValue, TimestampConverterKey, TimestampConverterValue)

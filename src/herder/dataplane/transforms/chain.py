@@ -15,7 +15,8 @@ The config names the chain and its predicates as Connect's does::
     predicates.isOrders.pattern=orders.*
 
 ``type`` is Connect's class name, or its short form (``MaskField$Value``), or the
-dotted name of a :class:`~.base.Transformation` (:class:`~.base.Predicate`) subclass.
+dotted name of a :class:`~herder.connect.Transformation` (:class:`~herder.connect.Predicate`)
+subclass: whatever :func:`herder.connect.transforms.transformation_class` resolves.
 
 :meth:`TransformChain.apply` turns a DataFrame of records into one with the chain's
 result and an ``_error`` column: null for a record that went through, the failure
@@ -25,24 +26,24 @@ left as it was when it failed, and later transforms skip it.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from herder.config import ConfigDef, Importance, InvalidConfiguration, Type
-from herder.dataplane.errors import STAGE_TRANSFORMATION
-from herder.dataplane.transforms import cast, fields, predicates, routing
-from herder.dataplane.transforms.base import (
-    DATA_EXCEPTION,
+from herder.connect.transforms import (
     KEY,
     PART_COLUMNS,
     RAW_COLUMNS,
     VALUE,
+    Outcome,
     Predicate,
     Record,
     Transformation,
+    predicate_class,
+    transformation_class,
 )
+from herder.dataplane.errors import STAGE_TRANSFORMATION
 from herder.dataplane.transforms.converters import Converter
 from herder.errors import ConfigError, NotSupported
 
@@ -55,37 +56,8 @@ PREDICATES: Final = "predicates"
 ORIGIN_TOPIC: Final = "_origin_topic"
 ERROR: Final = "_error"
 ERROR_DDL: Final = "struct<stage:string,class:string,exception:string,message:string>"
-
-BUILT_IN_TRANSFORMS: Final[tuple[type[Transformation], ...]] = (
-    *fields.TRANSFORMS,
-    *cast.TRANSFORMS,
-    *routing.TRANSFORMS,
-)
-BUILT_IN_PREDICATES: Final[tuple[type[Predicate], ...]] = predicates.PREDICATES
-
-
-def _lookup(name: str, kinds: Sequence[type[Any]], base: type[Any]) -> type[Any] | None:
-    for kind in kinds:
-        if name in (kind.class_name, kind.class_name.rsplit(".", 1)[1]):
-            return kind
-    module, _, attr = name.rpartition(".")
-    if not module:
-        return None
-    try:
-        found = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError):
-        return None
-    return found if isinstance(found, type) and issubclass(found, base) else None
-
-
-def transform_class(name: str) -> type[Transformation] | None:
-    """The transform a ``transforms.<alias>.type`` value names, or None."""
-    return _lookup(name, BUILT_IN_TRANSFORMS, Transformation)
-
-
-def predicate_class(name: str) -> type[Predicate] | None:
-    """The predicate a ``predicates.<alias>.type`` value names, or None."""
-    return _lookup(name, BUILT_IN_PREDICATES, Predicate)
+#: the exception class a failing record reports (``__connect.errors.exception.class.name``)
+DATA_EXCEPTION: Final = "herder.dataplane.errors.RecordError"
 
 
 def _aliases(settings: Mapping[str, Any], key: str) -> list[str]:
@@ -168,7 +140,7 @@ def _build(settings: Mapping[str, Any]) -> tuple[list[Step], list[str]]:
         if not kind:
             problems.append(_missing(prefix + "type"))
             continue
-        transform_kind = transform_class(str(kind).strip())
+        transform_kind = transformation_class(str(kind).strip())
         if transform_kind is None:
             problems.append(_not_found(prefix + "type", kind))
             continue
@@ -217,8 +189,10 @@ class TransformChain:
             if step.predicate is not None:
                 parsed |= step.predicate.reads
         self.parsed = frozenset(parsed)
-        #: whether a record can fail in the chain (known exactly once it has been applied)
+        #: whether a record can fail in the chain, and whether one's topic can change in it
+        #: (known exactly once it has been applied: what a transform changes is its outcome)
         self.may_fail = True
+        self.routes = True
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> TransformChain:
@@ -232,14 +206,6 @@ class TransformChain:
 
     def __bool__(self) -> bool:
         return bool(self.steps)
-
-    @property
-    def routes(self) -> bool:
-        """Whether the chain may change a record's topic."""
-        return any(
-            isinstance(s.transform, routing.RegexRouter | routing.TimestampRouter)
-            for s in self.steps
-        )
 
     def apply(self, df: DataFrame, *, sink: bool) -> DataFrame:
         """``df`` (columns topic, partition, timestamp, key, value, headers, and offset for a
@@ -265,18 +231,20 @@ class TransformChain:
             sink=sink,
             parsed=self.parsed,
         )
+        routes = False
         for step in self.steps:
-            df, fails = self._step(df, step, record)
-            may_fail = may_fail or fails
-        self.may_fail = may_fail
+            outcome = step.transform.apply(record)
+            df = self._step(df, step, record, outcome)
+            may_fail = may_fail or outcome.failure is not None
+            routes = routes or "topic" in outcome.updates
+        self.may_fail, self.routes = may_fail, routes
         return df
 
     @staticmethod
-    def _step(df: DataFrame, step: Step, record: Record) -> tuple[DataFrame, bool]:
-        """``df`` after ``step``, and whether the step can fail a record."""
+    def _step(df: DataFrame, step: Step, record: Record, outcome: Outcome) -> DataFrame:
+        """``df`` after ``step``, whose transform's effect is ``outcome``."""
         from pyspark.sql import functions as F
 
-        outcome = step.transform.apply(record)
         applies: Column = F.col(ERROR).isNull()
         if step.predicate is not None:
             holds = F.coalesce(step.predicate.test(record), F.lit(False))
@@ -305,7 +273,7 @@ class TransformChain:
             df = df.where(~F.coalesce(succeeds & ~outcome.keep, F.lit(False)))
         if changes:
             df = df.withColumns(changes)
-        return df, outcome.failure is not None
+        return df
 
     def output(self, part: str) -> Column:
         """The bytes of ``part`` after the chain: serialized again if it was parsed."""

@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from herder.config import ConfigDef, Importance, Type
 from herder.errors import ConfigError, NotSupported
 
 if TYPE_CHECKING:
@@ -32,19 +31,6 @@ JSON: Final = "org.apache.kafka.connect.json.JsonConverter"
 STRING: Final = "org.apache.kafka.connect.storage.StringConverter"
 BYTES: Final = "org.apache.kafka.connect.converters.ByteArrayConverter"
 KINDS: Final = (JSON, STRING, BYTES)
-KEY_CONVERTER: Final = "key.converter"
-VALUE_CONVERTER: Final = "value.converter"
-
-
-def converter_config_def() -> ConfigDef:
-    """The connector keys choosing the converters transforms see records through."""
-    return (
-        ConfigDef()
-        .define(KEY_CONVERTER, Type.STRING, default=JSON, importance=Importance.LOW,
-                group="Converters", documentation="How keys are read for transforms.")
-        .define(VALUE_CONVERTER, Type.STRING, default=JSON, importance=Importance.LOW,
-                group="Converters", documentation="How values are read for transforms.")
-    )  # fmt: skip
 
 
 def _resolve(setting: str, name: str) -> str:

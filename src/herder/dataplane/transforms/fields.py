@@ -12,13 +12,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from herder.config import ConfigDef, Importance, Type, ValidString
 from herder.config.parsing import invalid_value
-from herder.dataplane.transforms.base import (
+from herder.connect.transforms import KEY, VALUE, Outcome, Record
+from herder.dataplane.transforms.builtin import (
     CONNECT_TRANSFORMS,
-    KEY,
-    VALUE,
-    Outcome,
-    Record,
-    Transformation,
+    BuiltInTransformation,
     as_map,
     field_path,
     get_field,
@@ -53,7 +50,7 @@ def _bare(name: str) -> str:
     return name[:-1] if name.endswith(("!", "?")) else name
 
 
-class PartTransform(Transformation):
+class PartTransform(BuiltInTransformation):
     """A transform of one part, named by its subclass (``$Key`` or ``$Value``)."""
 
     part: ClassVar[str] = VALUE
@@ -261,7 +258,7 @@ def _non_empty(name: str, value: Any, /) -> None:
         raise invalid_value(name, value, "Empty list")
 
 
-class ValueToKey(Transformation):
+class ValueToKey(BuiltInTransformation):
     """The key becomes an object of the value's ``fields``."""
 
     class_name = f"{CONNECT_TRANSFORMS}.ValueToKey"
@@ -390,18 +387,3 @@ class HoistFieldKey(HoistField):
 class HoistFieldValue(HoistField):
     class_name = f"{CONNECT_TRANSFORMS}.HoistField$Value"
     part = VALUE
-
-
-TRANSFORMS: tuple[type[Transformation], ...] = (
-    InsertFieldKey,
-    InsertFieldValue,
-    ReplaceFieldKey,
-    ReplaceFieldValue,
-    MaskFieldKey,
-    MaskFieldValue,
-    ValueToKey,
-    ExtractFieldKey,
-    ExtractFieldValue,
-    HoistFieldKey,
-    HoistFieldValue,
-)

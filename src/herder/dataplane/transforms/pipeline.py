@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 
 from herder.connect.records import SINK_COLUMNS, SourceBatch, SourceRecord
+from herder.connect.transforms import KEY, VALUE
 from herder.coordinator.apis import fencing_op
 from herder.coordinator.client import CoordinatorClient
 from herder.dataplane.errors import (
@@ -48,7 +49,6 @@ from herder.dataplane.errors import (
 from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL
 from herder.dataplane.spark import SparkRuntime
 from herder.dataplane.topics import Topics, TxnRefused
-from herder.dataplane.transforms.base import KEY, VALUE
 from herder.dataplane.transforms.chain import (
     ERROR,
     ORIGIN_TOPIC,

@@ -11,14 +11,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from herder.config import ConfigDef, Importance, Type
-from herder.dataplane.transforms.base import CONNECT_PREDICATES, VALUE, Predicate, Record
+from herder.connect.transforms import VALUE, Record
+from herder.dataplane.transforms.builtin import CONNECT_PREDICATES, BuiltInPredicate
 from herder.dataplane.transforms.routing import regex
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
 
-class TopicNameMatches(Predicate):
+class TopicNameMatches(BuiltInPredicate):
     """True for records whose topic matches ``pattern`` entirely."""
 
     class_name = f"{CONNECT_PREDICATES}.TopicNameMatches"
@@ -37,7 +38,7 @@ class TopicNameMatches(Predicate):
         return record.topic.rlike(f"^(?:{self.pattern})$")
 
 
-class HasHeaderKey(Predicate):
+class HasHeaderKey(BuiltInPredicate):
     """True for records with at least one header named ``name``."""
 
     class_name = f"{CONNECT_PREDICATES}.HasHeaderKey"
@@ -57,13 +58,10 @@ class HasHeaderKey(Predicate):
         return F.coalesce(F.exists(record.headers, lambda h: h["key"] == name), F.lit(False))
 
 
-class RecordIsTombstone(Predicate):
+class RecordIsTombstone(BuiltInPredicate):
     """True for tombstones: records whose value is null."""
 
     class_name = f"{CONNECT_PREDICATES}.RecordIsTombstone"
 
     def test(self, record: Record) -> Column:
         return record.is_null(VALUE)
-
-
-PREDICATES = (TopicNameMatches, HasHeaderKey, RecordIsTombstone)

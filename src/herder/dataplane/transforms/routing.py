@@ -13,7 +13,8 @@ from typing import Any
 
 from herder.config import ConfigDef, Importance, Type
 from herder.config.parsing import invalid_value
-from herder.dataplane.transforms.base import CONNECT_TRANSFORMS, Outcome, Record, Transformation
+from herder.connect.transforms import Outcome, Record
+from herder.dataplane.transforms.builtin import CONNECT_TRANSFORMS, BuiltInTransformation
 from herder.dataplane.transforms.cast import format_millis
 
 
@@ -25,7 +26,7 @@ def regex(name: str, value: Any, /) -> None:
         raise invalid_value(name, value, f"Invalid regex: {exc}") from None
 
 
-class RegexRouter(Transformation):
+class RegexRouter(BuiltInTransformation):
     """Rename topics that match ``regex`` entirely, to ``replacement`` (``$1`` for groups)."""
 
     class_name = f"{CONNECT_TRANSFORMS}.RegexRouter"
@@ -52,7 +53,7 @@ class RegexRouter(Transformation):
         return Outcome({"topic": F.when(matches, renamed).otherwise(record.topic)})
 
 
-class TimestampRouter(Transformation):
+class TimestampRouter(BuiltInTransformation):
     """Rename topics to ``topic.format`` with ``${topic}`` and the record's ``${timestamp}``."""
 
     class_name = f"{CONNECT_TRANSFORMS}.TimestampRouter"
@@ -93,7 +94,7 @@ class TimestampRouter(Transformation):
         return Outcome({"topic": topic}, failure)
 
 
-class Filter(Transformation):
+class Filter(BuiltInTransformation):
     """Drop the records it applies to (use a predicate to choose them)."""
 
     class_name = f"{CONNECT_TRANSFORMS}.Filter"
@@ -102,6 +103,3 @@ class Filter(Transformation):
         from pyspark.sql import functions as F
 
         return Outcome(keep=F.lit(False))
-
-
-TRANSFORMS = (RegexRouter, TimestampRouter, Filter)

@@ -13,56 +13,12 @@ place it chose, which keeps both implementations simple and the crash model exac
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
-import functools
 import os
-import sys
-from collections.abc import Callable
 from typing import Protocol
 
-
-def fsync_path(path: str) -> None:
-    """Flush a file's data, or a directory's entries, to disk (by path: read-only opens
-    serve both)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-#: sync_file_range(2)'s flag: start writing the range's dirty pages, do not wait.
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-@functools.cache
-def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    """Linux's ``sync_file_range`` from the C library (Python's ``os`` has no binding)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    call.restype = ctypes.c_int
-    return call
-
-
-def start_writeback(fd: int, offset: int = 0, length: int = 0) -> bool:
-    """Have the kernel start writing the dirty pages of ``length`` bytes of file ``fd``
-    from ``offset`` (to its end if 0) to disk, without waiting for them; whether it was
-    asked.
-
-    A hint, not durability, which only fsync gives: a writer that starts the write-back of
-    what it has written while it writes more finds less left to wait for in its fsync
-    (as RocksDB's ``bytes_per_sync`` does). Where the system has no such call, or refuses
-    it for this file, nothing happens.
-    """
-    call = _sync_file_range()
-    return call is not None and call(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0
+from herder.files import fsync_path
 
 
 class FileHandle(Protocol):

@@ -191,12 +191,8 @@ class DistributedHerder(HerderRequests):
         # what they add (and the retention passes every worker runs) opens now rather
         # than with the first task
         factory = self.worker.execution_factory
-        share = getattr(factory, "share", None)
-        if callable(share):
-            share(self.client, self.coordinator, self.connections, self.offsets)
-        open_executions = getattr(factory, "open", None)
-        if callable(open_executions):
-            self._in_background(open_executions())
+        factory.share(self.client, self.coordinator, self.connections, self.offsets)
+        self._in_background(factory.open())
         log.info(
             "worker %s started, REST at %s, group %s", self.worker_id, url, self.config.group_id
         )

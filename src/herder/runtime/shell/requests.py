@@ -217,9 +217,7 @@ class HerderRequests:
         if not problems:
             # what only the data plane can judge: transforms as configured together,
             # predicates they name, converters, errors.*
-            check_data_plane = getattr(self.worker.execution_factory, "validate_config", None)
-            if check_data_plane is not None:
-                problems = check_data_plane(config)
+            problems = self.worker.execution_factory.validate_config(config)
         if problems:
             raise ConfigError(
                 "Connector configuration is invalid and contains the following "
