@@ -3,6 +3,9 @@
 Codes travel on the wire as integers. Where Kafka has an error with the same meaning we
 use Kafka's name *and* number, so people (and tools) that know Kafka read them at once;
 herder's own errors are numbered from 1000.
+
+Each class also says which HTTP status the REST API answers it with (``http_status``),
+so the REST layer maps an error by reading it rather than by knowing every class.
 """
 
 from __future__ import annotations
@@ -56,12 +59,20 @@ class ErrorCode(IntEnum):
     NOT_SUPPORTED = 1012
     SERVER_STOPPING = 1013
     TOO_MANY_CONNECTIONS = 1014
+    NOT_FOUND = 1015  # a connector, task or logger a request names does not exist
+    ALREADY_EXISTS = 1016
+    CONFIG_CHANGED = 1017  # a connector's config changed under a request that read it
+    WRONG_WORKER = 1018  # the request belongs to another worker of the group
+    UNKNOWN_PLUGIN = 1019
+    FORBIDDEN = 1020  # the worker is configured not to allow the request
 
 
 class HerderError(Exception):
     """Root of herder's errors. ``code`` is stable and goes over the wire."""
 
     code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+    #: the REST API's status for it: a server's fault unless a subclass says otherwise
+    http_status: int = 500
     #: whether the same request may succeed if simply tried again later
     retriable: bool = False
 
@@ -85,6 +96,7 @@ class RetriableError(HerderError):
     """The same request may succeed later (after a rediscovery, a rebalance, a backoff)."""
 
     retriable = True
+    http_status = 503
 
 
 class ProtocolError(HerderError):
@@ -97,6 +109,7 @@ class ConfigError(HerderError):
     """A configuration is invalid; the message names the key and why."""
 
     code = ErrorCode.INVALID_CONFIG
+    http_status = 400
 
 
 class CorruptMessage(ProtocolError):
@@ -105,6 +118,7 @@ class CorruptMessage(ProtocolError):
 
 class UnknownTopicOrPartition(HerderError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    http_status = 404
 
 
 class NotLeaderOrFollower(RetriableError):
@@ -157,6 +171,7 @@ class InvalidSessionTimeout(HerderError):
 
 class RebalanceInProgress(HerderError):
     code = ErrorCode.REBALANCE_IN_PROGRESS
+    http_status = 409
 
 
 class InvalidCommitOffsetSize(HerderError):
@@ -169,6 +184,7 @@ class UnsupportedVersion(ProtocolError):
 
 class TopicAlreadyExists(HerderError):
     code = ErrorCode.TOPIC_ALREADY_EXISTS
+    http_status = 409
 
 
 class InvalidPartitions(HerderError):
@@ -177,10 +193,12 @@ class InvalidPartitions(HerderError):
 
 class NonEmptyGroup(HerderError):
     code = ErrorCode.NON_EMPTY_GROUP
+    http_status = 409
 
 
 class GroupIdNotFound(HerderError):
     code = ErrorCode.GROUP_ID_NOT_FOUND
+    http_status = 404
 
 
 class MemberIdRequired(HerderError):
@@ -193,10 +211,12 @@ class GroupMaxSizeReached(HerderError):
 
 class Fenced(HerderError):
     code = ErrorCode.FENCED
+    http_status = 409
 
 
 class CheckFailed(HerderError):
     code = ErrorCode.CHECK_FAILED
+    http_status = 409
 
 
 class SessionExpired(HerderError):
@@ -209,10 +229,12 @@ class UnknownSession(HerderError):
 
 class UnknownLog(HerderError):
     code = ErrorCode.UNKNOWN_LOG
+    http_status = 404
 
 
 class LogAlreadyExists(HerderError):
     code = ErrorCode.LOG_ALREADY_EXISTS
+    http_status = 409
 
 
 class NotLeader(RetriableError):
@@ -251,10 +273,12 @@ class UnknownApi(ProtocolError):
 
 class NotSupported(HerderError):
     code = ErrorCode.NOT_SUPPORTED
+    http_status = 400
 
 
 class ServerStopping(RetriableError):
     code = ErrorCode.SERVER_STOPPING
+    http_status = 503
 
 
 def error_from_code(code: int, message: str = "") -> HerderError:

@@ -36,7 +36,14 @@ from herder.coordinator.client import (
 )
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.txn import Op
-from herder.errors import CheckFailed, ConfigError, HerderError, RebalanceInProgress, ServerStopping
+from herder.errors import (
+    CheckFailed,
+    ConfigError,
+    ErrorCode,
+    HerderError,
+    RebalanceInProgress,
+    ServerStopping,
+)
 from herder.runtime.assignor import EagerAssignor
 from herder.runtime.config_state import (
     ClusterConfigSnapshot,
@@ -72,7 +79,6 @@ from herder.runtime.rules import (
     RequestQueue,
     after_rebalance,
 )
-from herder.runtime.status import State
 from herder.runtime.stores import ConfigStore, OffsetStore, StatusStore
 from herder.runtime.threads import SharedExecutor, blocking_calls
 from herder.runtime.validation import ConfigInfos
@@ -87,6 +93,9 @@ T = TypeVar("T")
 class WrongWorker(HerderError):
     """The request belongs to another worker, at ``target_url`` (None: not known yet)."""
 
+    code = ErrorCode.WRONG_WORKER
+    http_status = 409
+
     def __init__(self, message: str, target_url: str | None) -> None:
         super().__init__(message)
         self.target_url = target_url
@@ -94,6 +103,8 @@ class WrongWorker(HerderError):
 
 class NotLeaderWorker(WrongWorker):
     """This worker is not the group's leader; the request belongs at ``leader_url``."""
+
+    code = ErrorCode.NOT_LEADER
 
     def __init__(self, leader_url: str | None) -> None:
         super().__init__(
@@ -117,15 +128,24 @@ class NotOwner(WrongWorker):
 
 
 class NotFound(HerderError):
-    """The connector or task does not exist (REST 404)."""
+    """The connector or task does not exist."""
+
+    code = ErrorCode.NOT_FOUND
+    http_status = 404
 
 
 class AlreadyExists(HerderError):
-    """A connector of that name already exists (REST 409)."""
+    """A connector of that name already exists."""
+
+    code = ErrorCode.ALREADY_EXISTS
+    http_status = 409
 
 
 class ConfigChanged(HerderError):
-    """The connector's config changed under a request that depended on it (REST 409)."""
+    """The connector's config changed under a request that depended on it."""
+
+    code = ErrorCode.CONFIG_CHANGED
+    http_status = 409
 
 
 _Request = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any]"]
@@ -778,31 +798,6 @@ class DistributedHerder:
         self._wake.set()
         return await future
 
-    def connector_names(self) -> list[str]:
-        return sorted(self.configs.snapshot().connectors)
-
-    def connector_info(self, name: str) -> dict[str, Any]:
-        snapshot = self.configs.snapshot()
-        config = snapshot.connector_config(name)
-        if config is None:
-            raise NotFound(f"Connector {name} not found")
-        return {
-            "name": name,
-            "config": config,
-            "tasks": [{"connector": t.connector, "task": t.task} for t in snapshot.tasks(name)],
-            "type": self.connector_type(config),
-        }
-
-    def connector_type(self, config: dict[str, str]) -> str:
-        from herder.connect import ConnectorType
-
-        try:
-            return ConnectorType.of(
-                self.plugins.connector_class(config.get("connector.class", ""))
-            ).value
-        except HerderError:
-            return "unknown"
-
     async def put_connector_config(
         self,
         name: str,
@@ -810,8 +805,8 @@ class DistributedHerder:
         *,
         allow_replace: bool,
         initial_state: TargetState | None = None,
-    ) -> tuple[bool, dict[str, Any]]:
-        """Create or update a connector (leader only). Returns (created, info).
+    ) -> bool:
+        """Create or update a connector (leader only); whether it was created.
 
         A new connector's ``initial_state`` is written before its config in the same
         transaction, so it never runs, even briefly, in a state it was not created in.
@@ -820,7 +815,7 @@ class DistributedHerder:
         # connector code, with its deadline, before the herder loop takes the request
         await self.validate_connector_config(config)
 
-        async def action() -> tuple[bool, dict[str, Any]]:
+        async def action() -> bool:
             self._require_leader()
             await self.configs.read_to_end()
             exists = name in self.configs.snapshot()
@@ -832,13 +827,11 @@ class DistributedHerder:
             records.append(connector_config_record(name, config))
             await self._write_configs(records)
             await self.configs.read_to_end()
-            return not exists, self.connector_info(name)
+            return not exists
 
         return await self.submit(action)
 
-    async def patch_connector_config(
-        self, name: str, patch: dict[str, str | None]
-    ) -> dict[str, Any]:
+    async def patch_connector_config(self, name: str, patch: dict[str, str | None]) -> None:
         """Merge ``patch`` into the connector's config (None removes a key); leader only."""
 
         def merge(current: dict[str, str]) -> dict[str, str]:
@@ -862,7 +855,7 @@ class DistributedHerder:
         # goes through only if the config is still the one merged with
         await self.validate_connector_config(merge(base))
 
-        async def action() -> dict[str, Any]:
+        async def action() -> None:
             if await current() != base:
                 raise ConfigChanged(
                     f"Connector {name}'s config changed while the patch was validated; "
@@ -870,9 +863,8 @@ class DistributedHerder:
                 )
             await self._write_configs([connector_config_record(name, merge(base))])
             await self.configs.read_to_end()
-            return self.connector_info(name)
 
-        return await self.submit(action)
+        await self.submit(action)
 
     async def validate_config(self, config: dict[str, str]) -> ConfigInfos:
         """Connect's validation of a connector config (``.../config/validate``): the
@@ -1025,10 +1017,10 @@ class DistributedHerder:
         statuses = {t: s for t in tasks if (s := view.task(t)) is not None}
         return RestartPlan.build(request, view.connector(request.connector), tasks, statuses)
 
-    async def restart_connector_and_tasks(self, request: RestartRequest) -> dict[str, Any]:
-        """Record ``request`` in ``_configs`` (leader only); returns the state it leads to."""
+    async def restart_connector_and_tasks(self, request: RestartRequest) -> RestartPlan:
+        """Record ``request`` in ``_configs`` (leader only); returns what it restarts."""
 
-        async def action() -> dict[str, Any]:
+        async def action() -> RestartPlan:
             self._require_leader()
             await self.configs.read_to_end()
             if request.connector not in self.configs.snapshot():
@@ -1037,8 +1029,7 @@ class DistributedHerder:
             # the plan is made from every status written so far, not this worker's view
             # of them, which may lag another worker's latest writes
             await self.statuses.read_to_end()
-            plan = self._restart_plan(request)
-            return plan.state_info(self.connector_status(request.connector))
+            return self._restart_plan(request)
 
         return await self.submit(action)
 
@@ -1079,7 +1070,7 @@ class DistributedHerder:
         config = self.configs.snapshot().connector_config(name)
         if config is None:
             raise NotFound(f"Connector {name} not found")
-        return ConnectorType(self.connector_type(config))
+        return self.plugins.type_of(config.get("connector.class", ""))
 
     async def connector_offsets_of(self, name: str) -> dict[str, Any]:
         """``GET /connectors/<name>/offsets``: the connector's committed offsets."""
@@ -1143,49 +1134,3 @@ class DistributedHerder:
             )
 
         await self.submit(action)
-
-    def connector_status(self, name: str) -> dict[str, Any]:
-        snapshot = self.configs.snapshot()
-        config = snapshot.connector_config(name)
-        if config is None:
-            raise NotFound(f"No status found for connector {name}")
-        view = self.statuses.view
-        status = view.connector(name)
-        tasks = []
-        for task_id in snapshot.tasks(name):
-            tasks.append(self._task_status_json(task_id))
-        return {
-            "name": name,
-            "connector": {
-                "state": status.state.value if status else State.UNASSIGNED.value,
-                "worker_id": status.worker_id if status else "",
-                **({"trace": status.trace} if status and status.trace else {}),
-            },
-            "tasks": tasks,
-            "type": self.connector_type(config),
-        }
-
-    def _task_status_json(self, task_id: ConnectorTaskId) -> dict[str, Any]:
-        status = self.statuses.view.task(task_id)
-        return {
-            "id": task_id.task,
-            "state": status.state.value if status else State.UNASSIGNED.value,
-            "worker_id": status.worker_id if status else "",
-            **({"trace": status.trace} if status and status.trace else {}),
-        }
-
-    def task_status(self, name: str, task: int) -> dict[str, Any]:
-        snapshot = self.configs.snapshot()
-        task_id = ConnectorTaskId(name, task)
-        if name not in snapshot or task_id not in snapshot.tasks(name):
-            raise NotFound(f"No status found for task {name}-{task}")
-        return self._task_status_json(task_id)
-
-    def task_configs(self, name: str) -> list[dict[str, Any]]:
-        snapshot = self.configs.snapshot()
-        if name not in snapshot:
-            raise NotFound(f"Connector {name} not found")
-        return [
-            {"id": {"connector": t.connector, "task": t.task}, "config": snapshot.task_config(t)}
-            for t in snapshot.tasks(name)
-        ]

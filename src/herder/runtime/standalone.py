@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from herder.config import parse_properties
+from herder.connect import ConnectorType
 from herder.coordinator.config import PROPERTY_NAMES as COORDINATOR_PROPERTIES
 from herder.coordinator.config import CoordinatorConfig
 from herder.coordinator.service import CoordinatorService
@@ -274,7 +275,13 @@ class StandaloneWorker:
         # Each new connector makes the worker rebalance, stopping what it started. Sinks
         # first: their tasks start no Spark job until there are records, so stopping them
         # is cheap, while a source task stopped during its first batch wastes that batch.
-        ordered = sorted(self.connectors, key=lambda c: herder.connector_type(c.config) != "sink")
+        ordered = sorted(
+            self.connectors,
+            key=lambda c: (
+                herder.plugins.type_of(c.config.get("connector.class", ""))
+                is not ConnectorType.SINK
+            ),
+        )
         for connector in ordered:
 
             async def existing(name: str = connector.name) -> dict[str, str] | None:

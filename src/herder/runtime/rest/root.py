@@ -1,0 +1,37 @@
+"""``/`` and ``/health`` (Connect's RootResource)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from herder import __version__
+from herder.runtime.herder import DistributedHerder
+
+__all__ = ["root_routes"]
+
+
+def root_routes(herder: DistributedHerder) -> APIRouter:
+    api = APIRouter(tags=["worker"])
+
+    @api.get("/")
+    async def root() -> dict[str, Any]:
+        return {"version": __version__, "commit": "", "kafka_cluster_id": herder.config.group_id}
+
+    @api.get("/health")
+    async def health() -> JSONResponse:
+        if herder.generation is None:
+            return JSONResponse(
+                status_code=503,
+                content={"status": "starting", "message": "Worker is still joining its group."},
+            )
+        return JSONResponse(
+            {
+                "status": "healthy",
+                "message": "Worker has completed startup and is ready to handle requests.",
+            }
+        )
+
+    return api
