@@ -125,6 +125,8 @@ def states(url: str, name: str) -> tuple[str, list[str]]:
 def create(url: str, name: str, config: dict[str, str], **extra: Any) -> dict[str, Any]:
     reply = send("POST", f"{url}/connectors", {"name": name, "config": config, **extra})
     assert reply.status_code == 201, reply.text
+    # as Connect's: the new connector's URL, whether this worker or the leader created it
+    assert reply.headers["location"] == f"{url}/connectors/{name}"
     assert_conforms("connector_info", reply.json())
     body: dict[str, Any] = reply.json()
     return body
@@ -242,6 +244,8 @@ def test_patch_and_put_config(logs_on_failure: RestCluster) -> None:
     assert updated.status_code == 200 and len(updated.json()["config"]) == 4
     created = send("PUT", f"{b}/connectors/put-new/config", c.config())
     assert created.status_code == 201, created.text
+    assert created.headers["location"] == f"{b}/connectors/put-new"
+    assert "location" not in updated.headers
     assert_conforms("connector_info", created.json())
 
 
@@ -251,7 +255,7 @@ def test_stop_empties_task_configs_and_resume_restores_them(logs_on_failure: Res
     create(a, "stoppy", c.config(**{"tasks.max": "2"}))
     wait_until(lambda: states(b, "stoppy") == ("RUNNING", ["RUNNING", "RUNNING"]), 30)
     reply = send("PUT", f"{b}/connectors/stoppy/stop")
-    assert reply.status_code == 202 and reply.content == b""
+    assert reply.status_code == 204 and reply.content == b""
     wait_until(lambda: states(a, "stoppy") == ("STOPPED", []), 30, what="stoppy STOPPED")
     assert get(f"{b}/connectors/stoppy/tasks").json() == []
     assert get(f"{a}/connectors/stoppy").json()["tasks"] == []
@@ -306,7 +310,7 @@ def test_stopping_a_failed_connector_stops_it_at_once(logs_on_failure: RestClust
     a, b = c.urls()
     create(a, "broken", c.config(**{"fail.connector": "true"}))
     wait_until(lambda: states(b, "broken") == ("FAILED", []), 30, what="broken FAILED")
-    assert send("PUT", f"{b}/connectors/broken/stop").status_code == 202
+    assert send("PUT", f"{b}/connectors/broken/stop").status_code == 204
     wait_until(lambda: states(a, "broken") == ("STOPPED", []), 10, what="broken STOPPED")
 
 
@@ -367,7 +371,7 @@ def test_source_and_sink_offsets(logs_on_failure: RestCluster) -> None:
     change = {"offsets": [{"partition": {"file": "a"}, "offset": {"position": 5}}]}
     assert_error(send("PATCH", f"{a}/connectors/src-off/offsets", change), 400, "STOPPED")
     assert_error(send("DELETE", f"{b}/connectors/src-off/offsets"), 400, "STOPPED")
-    assert send("PUT", f"{a}/connectors/src-off/stop").status_code == 202
+    assert send("PUT", f"{a}/connectors/src-off/stop").status_code == 204
     wait_until(lambda: states(b, "src-off") == ("STOPPED", []), 30)
 
     altered = send("PATCH", f"{b}/connectors/src-off/offsets", change)
@@ -446,7 +450,7 @@ def test_active_topics_are_recorded_and_reset(logs_on_failure: RestCluster) -> N
     # Once the connector is stopped, nothing records it again. STOPPED with no tasks is
     # shown before every worker has stopped its task (as in Connect), and a last poll may
     # still record the topic: reset until the reset sticks.
-    assert send("PUT", f"{a}/connectors/topical/stop").status_code == 202
+    assert send("PUT", f"{a}/connectors/topical/stop").status_code == 204
     wait_until(lambda: states(b, "topical") == ("STOPPED", []), 30, what="topical STOPPED")
 
     def reset_sticks() -> bool:

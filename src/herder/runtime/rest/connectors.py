@@ -4,6 +4,7 @@ connectors, and their active topics (Connect's ConnectorsResource)."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
@@ -51,6 +52,15 @@ def _initial_state(requested: str | None) -> TargetState | None:
     return state
 
 
+def _created(response: Response, request: Request, name: str) -> Response:
+    """A 201 names the new connector in ``Location``, as Connect's does (absolute, as
+    JAX-RS makes it), also when the leader, not this worker, created it."""
+    if response.status_code == 201:
+        base = str(request.base_url).rstrip("/")
+        response.headers["location"] = f"{base}/connectors/{quote(name, safe='')}"
+    return response
+
+
 def connectors_routes(herder: DistributedHerder, router: RequestRouter) -> APIRouter:
     api = APIRouter(tags=["connectors"])
     config = herder.config
@@ -96,7 +106,9 @@ def connectors_routes(herder: DistributedHerder, router: RequestRouter) -> APIRo
             )
 
         result = await router.route(request, action)
-        return reply(result if isinstance(result, Response) else info(name), 201)
+        if isinstance(result, Response):
+            return _created(result, request, name)
+        return _created(JSONResponse(status_code=201, content=info(name)), request, name)
 
     @api.get("/connectors/{name}")
     async def get_connector(name: str) -> dict[str, Any]:
@@ -114,8 +126,10 @@ def connectors_routes(herder: DistributedHerder, router: RequestRouter) -> APIRo
             request, lambda: herder.put_connector_config(name, full, allow_replace=True)
         )
         if isinstance(result, Response):
-            return result
-        return JSONResponse(status_code=201 if result else 200, content=info(name))
+            return _created(result, request, name)
+        return _created(
+            JSONResponse(status_code=201 if result else 200, content=info(name)), request, name
+        )
 
     @api.patch("/connectors/{name}/config", response_model=None)
     async def patch_connector_config(
@@ -167,10 +181,10 @@ def connectors_routes(herder: DistributedHerder, router: RequestRouter) -> APIRo
     async def resume(name: str, request: Request) -> Response:
         return await target(name, TargetState.STARTED, request)
 
-    @api.put("/connectors/{name}/stop", status_code=202, response_model=None)
+    @api.put("/connectors/{name}/stop", status_code=204, response_model=None)
     async def stop(name: str, request: Request) -> Response:
         result = await router.route(request, lambda: herder.stop_connector(name))
-        return reply(result, 202, body=False)
+        return reply(result, 204, body=False)
 
     # -- active topics ------------------------------------------------------------------
 
