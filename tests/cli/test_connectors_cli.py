@@ -179,8 +179,9 @@ def test_create_list_get_status_and_delete(cli: Cli, tmp_path: Path) -> None:
     assert cli.ok("get", "alpha", "--json").json()["config"]["tasks.max"] == "2"
 
     status = cli.ok("status", "alpha")
-    assert "connector alpha (source): RUNNING on worker-" in status.out
-    assert len(re.findall(r"RUNNING\s+.\s+worker-", status.out)) == 2
+    worker = cli.url.removeprefix("http://")  # the worker's id is its host:port
+    assert f"connector alpha (source): RUNNING on {worker}" in status.out
+    assert len(re.findall(rf"RUNNING\s+.\s+{re.escape(worker)}", status.out)) == 2
     assert [t["id"] for t in cli.ok("status", "alpha", "--json").json()["tasks"]] == [0, 1]
 
     assert cli.ok("delete", "beta").out.strip() == "deleted connector beta"

@@ -195,6 +195,10 @@ def test_create_with_initial_states_and_errors(logs_on_failure: RestCluster) -> 
     wait_until(lambda: states(b, "init-stopped") == ("STOPPED", []), 30)
     wait_until(lambda: states(a, "init-running") == ("RUNNING", ["RUNNING", "RUNNING"]), 30)
     assert c.starts("init-paused") == 0 and c.starts("init-stopped") == 0
+    # as in Connect, a worker's id is the host:port of its REST API
+    running = status(b, "init-running")
+    ids = {running["connector"]["worker_id"], *(t["worker_id"] for t in running["tasks"])}
+    assert ids <= {u.removeprefix("http://") for u in (a, b)} and len(ids) == 2
     assert get(f"{a}/connectors/init-stopped/tasks").json() == []
 
     body = {"name": "init-bad", "config": c.config(), "initial_state": "SLEEPING"}
@@ -297,7 +301,9 @@ def test_restarts_are_carried_out_by_the_owning_workers(logs_on_failure: RestClu
     wait_until(lambda: states(a, "flaky") == ("RUNNING", ["RUNNING", "FAILED"]), 30)
     for url in (a, b):  # one of them does not run task 0: it forwards
         assert send("POST", f"{url}/connectors/flaky/tasks/0/restart").status_code == 204
-    assert counts() == {"flaky": 2, "flaky-0": 3, "flaky-1": 2}
+    # as in Connect, the answer comes once the new execution is under way: its start()
+    # runs on the task's own thread, maybe a moment later
+    wait_until(lambda: counts() == {"flaky": 2, "flaky-0": 3, "flaky-1": 2}, 30)
 
     assert_error(send("POST", f"{a}/connectors/nope/restart"), 404)
     assert_error(send("POST", f"{b}/connectors/nope/restart?includeTasks=true"), 404)

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -177,12 +176,13 @@ class DistributedHerder:
         plugins: Plugins,
         execution_factory: ExecutionFactory,
         *,
-        worker_id: str | None = None,
+        worker_id: str,
         member_factory: Callable[..., GroupMember] = GroupMember,
     ) -> None:
         self.config = config
         self.plugins = plugins
-        self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:8]}"
+        #: the advertised host:port of its REST API, as Connect's worker id
+        self.worker_id = worker_id
         self.url = ""
         self.client = EnsembleClient(
             config.bootstrap,

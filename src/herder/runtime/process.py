@@ -6,12 +6,13 @@ import asyncio
 import importlib
 import logging
 import signal
+import socket
 from collections.abc import Mapping
 from typing import Any
 
 import uvicorn
 
-from herder.errors import ConfigError
+from herder.errors import ConfigError, HerderError
 from herder.runtime.herder import DistributedHerder
 from herder.runtime.plugins import Plugins
 from herder.runtime.rest import build_app
@@ -36,40 +37,60 @@ def load_execution_factory(props: Mapping[str, Any], config: WorkerConfig) -> Ex
     return factory
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """The REST API's listening socket, bound before anything else starts: its port is
+    part of the worker's id (``host:port``), so it must be known first."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        raise ConfigError(
+            f"the REST API cannot listen on {host}:{port}: {exc.strerror or exc}; stop what "
+            "uses that port or choose another with rest.port (or listeners)"
+        ) from None
+
+
 class WorkerProcess:
     """Everything one ``herder worker start`` runs."""
 
     def __init__(self, props: Mapping[str, Any]) -> None:
         self.config = WorkerConfig.from_properties(props)
-        self.herder = DistributedHerder(
-            self.config, Plugins.discover(), load_execution_factory(props, self.config)
-        )
+        self.plugins = Plugins.discover()
+        self.executions = load_execution_factory(props, self.config)
+        self._herder: DistributedHerder | None = None
         self._server: uvicorn.Server | None = None
         self._serving: asyncio.Task[None] | None = None
         self.url = ""
 
+    @property
+    def herder(self) -> DistributedHerder:
+        if self._herder is None:
+            raise HerderError("the worker has not started: call start() first")
+        return self._herder
+
     async def start(self) -> None:
-        app = build_app(self.herder)
-        uv_config = uvicorn.Config(
-            app,
-            host=self.config.rest_host,
-            port=self.config.rest_port,
-            log_level="warning",
-            lifespan="off",
+        listener = _listen(self.config.rest_host, self.config.rest_port)
+        port = listener.getsockname()[1]
+        self.url = self.config.advertised_url(port)
+        self._herder = DistributedHerder(
+            self.config,
+            self.plugins,
+            self.executions,
+            worker_id=self.config.advertised_address(port),
         )
+        uv_config = uvicorn.Config(build_app(self._herder), log_level="warning", lifespan="off")
         self._server = uvicorn.Server(uv_config)
-        self._serving = asyncio.create_task(self._server.serve())
+        self._serving = asyncio.create_task(self._server.serve(sockets=[listener]))
         while not self._server.started:
             if self._serving.done():
                 self._serving.result()
-                raise ConfigError(f"the REST API could not listen on port {self.config.rest_port}")
+                raise ConfigError(f"the REST API could not listen on port {port}")
             await asyncio.sleep(0.02)
-        port = self._server.servers[0].sockets[0].getsockname()[1]
-        self.url = self.config.advertised_url(port)
-        await self.herder.start(self.url)
+        await self._herder.start(self.url)
 
     async def stop(self) -> None:
-        await self.herder.stop()
+        if self._herder is not None:
+            await self._herder.stop()
         if self._server is not None:
             self._server.should_exit = True
         if self._serving is not None:
