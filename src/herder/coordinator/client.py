@@ -165,6 +165,7 @@ class GroupMember:
         on_assigned: Callable[[Generation, bytes], Awaitable[None]],
         on_revoked: Callable[[], Awaitable[None]] | None = None,
         on_heartbeat_error: Callable[[str], None] | None = None,
+        on_failed: Callable[[HerderError], None] | None = None,
         session_timeout_ms: int = 10_000,
         rebalance_timeout_ms: int = 60_000,
         heartbeat_interval_ms: int = 3_000,
@@ -181,6 +182,8 @@ class GroupMember:
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
         self.on_heartbeat_error = on_heartbeat_error
+        #: called once, when the membership fails for good (``failure``)
+        self.on_failed = on_failed
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -298,6 +301,8 @@ class GroupMember:
                 log.error("group %s: member %s failed: %s", self.group_id, self.member_id, exc)
                 self.failure = exc
                 self._stable.set()
+                if self.on_failed is not None:
+                    self.on_failed(exc)
                 return
 
     async def _join_and_sync(self) -> None:

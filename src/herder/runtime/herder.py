@@ -60,6 +60,7 @@ from herder.runtime.config_state import (
     task_config_records,
 )
 from herder.runtime.connector_offsets import ConnectorOffsets, OffsetChange
+from herder.runtime.group_failure import out_of_group
 from herder.runtime.loggers import Loggers, parse_level
 from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import (
@@ -178,6 +179,7 @@ class DistributedHerder:
         *,
         worker_id: str,
         member_factory: Callable[..., GroupMember] = GroupMember,
+        on_failed: Callable[[HerderError], None] | None = None,
     ) -> None:
         self.config = config
         self.plugins = plugins
@@ -215,6 +217,10 @@ class DistributedHerder:
         self.loggers = Loggers()
         self.connector_offsets = ConnectorOffsets(self.offsets, self.coordinator)
         self.member: GroupMember | None = None
+        #: why the group refused this worker for good (a fatal group error, such as
+        #: INVALID_SESSION_TIMEOUT); ``on_failed`` is told, and the worker then stops
+        self.failure: HerderError | None = None
+        self._on_failed = on_failed
         self.assignment: Assignment | None = None
         self.generation: Generation | None = None
         #: the snapshot the running work was started from
@@ -254,9 +260,10 @@ class DistributedHerder:
         # the loop's blocking calls on daemon threads: a hung filesystem call must not
         # keep a stopped worker's process alive
         asyncio.get_running_loop().set_default_executor(SharedExecutor(blocking_calls()))
-        await self.client.start()
-        for store in (self.configs, self.offsets, self.statuses):
-            await store.start()
+        with self._doing(f"connecting to the ensemble at {','.join(self.config.bootstrap)}"):
+            await self.client.start()
+            for store in (self.configs, self.offsets, self.statuses):
+                await store.start()
         self._applied = ClusterConfigSnapshot.EMPTY
         self.member = self._member_factory(
             self.config.bootstrap,
@@ -271,6 +278,7 @@ class DistributedHerder:
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
             client_id=self.worker_id,
             connections=self.connections,
+            on_failed=self._member_failed,
         )
         await self.member.start()
         self._loop_task = asyncio.create_task(self._run(), name=f"herder-{self.worker_id}")
@@ -327,7 +335,26 @@ class DistributedHerder:
         await self._http.aclose()
         log.info("worker %s stopped", self.worker_id)
 
+    def health(self) -> tuple[bool, str]:
+        """Whether this worker is in its group with an assignment; if not, why not."""
+        if self.failure is not None:
+            return False, f"Worker is out of its group for good and is stopping: {self.failure}"
+        if self._stopping:
+            return False, "Worker is stopping."
+        if self.assignment is None:
+            activity = self.current_activity()
+            if self.generation is None:
+                return False, f"Worker is still starting up: it is {activity}."
+            return False, f"Worker is rebalancing: it is {activity}."
+        return True, "Worker has completed startup and is ready to handle requests."
+
     # -- group membership callbacks ---------------------------------------------------
+
+    def _member_failed(self, cause: HerderError) -> None:
+        self.failure = out_of_group(cause, self.config)
+        log.error("worker %s: %s", self.worker_id, self.failure)
+        if self._on_failed is not None:
+            self._on_failed(self.failure)
 
     def _protocols(self) -> list[tuple[str, bytes]]:
         metadata = WorkerMetadata(config_offset=self.configs.snapshot().offset, url=self.url)

@@ -58,6 +58,8 @@ class WorkerProcess:
         self.plugins = Plugins.discover()
         self.executions = load_execution_factory(props, self.config)
         self._herder: DistributedHerder | None = None
+        #: set once the worker's group refused it for good: the process must stop
+        self.failed = asyncio.Event()
         self._server: uvicorn.Server | None = None
         self._serving: asyncio.Task[None] | None = None
         self.url = ""
@@ -77,6 +79,7 @@ class WorkerProcess:
             self.plugins,
             self.executions,
             worker_id=self.config.advertised_address(port),
+            on_failed=lambda _: self.failed.set(),
         )
         uv_config = uvicorn.Config(build_app(self._herder), log_level="warning", lifespan="off")
         self._server = uvicorn.Server(uv_config)
@@ -98,6 +101,9 @@ class WorkerProcess:
 
 
 async def run_worker(props: Mapping[str, Any]) -> None:
+    """Run a worker until SIGTERM or SIGINT, or until its group refuses it for good
+    (then it stops, raising the cause: the process exits non-zero with it, as Connect's
+    worker exits when its herder thread dies)."""
     process = WorkerProcess(props)
     await process.start()
     stop = asyncio.Event()
@@ -105,6 +111,12 @@ async def run_worker(props: Mapping[str, Any]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print(f"worker {process.herder.worker_id} REST API at {process.url}", flush=True)
-    await stop.wait()
-    log.info("worker stopping on signal")
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(process.failed.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        wait.cancel()
+    failure = process.herder.failure
+    log.info("worker stopping %s", "on signal" if failure is None else "after a fatal error")
     await process.stop()
+    if failure is not None:
+        raise HerderError(f"worker {process.herder.worker_id} stopped: {failure}")

@@ -261,6 +261,8 @@ class StandaloneWorker:
         herder = self.worker.herder
         deadline = self._join_deadline()
         while not herder.is_leader:
+            if herder.failure is not None:
+                raise herder.failure
             if time.monotonic() >= deadline:
                 raise HerderError(
                     f"worker {herder.worker_id} did not join its group "
@@ -336,8 +338,16 @@ async def run_standalone(props: Mapping[str, str], connector_paths: Sequence[str
         f"; connectors from files: {names}",
         flush=True,
     )
+    worker = standalone.worker
     try:
-        await stop.wait()
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(worker.failed.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
+        if worker.herder.failure is not None:
+            raise HerderError(
+                f"standalone worker {worker.herder.worker_id} stopped: {worker.herder.failure}"
+            )
         log.info("standalone worker stopping on signal")
     finally:
         await standalone.stop()

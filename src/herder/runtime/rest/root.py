@@ -22,16 +22,17 @@ def root_routes(herder: DistributedHerder) -> APIRouter:
 
     @api.get("/health")
     async def health() -> JSONResponse:
-        if herder.generation is None:
-            return JSONResponse(
-                status_code=503,
-                content={"status": "starting", "message": "Worker is still joining its group."},
-            )
+        """200 once the worker is in its group with an assignment; else 503 saying why.
+
+        As Connect's: ``starting`` before the worker ever joined, ``unhealthy`` after.
+        """
+        ok, message = herder.health()
+        if ok:
+            return JSONResponse({"status": "healthy", "message": message})
+        starting = herder.failure is None and herder.generation is None
         return JSONResponse(
-            {
-                "status": "healthy",
-                "message": "Worker has completed startup and is ready to handle requests.",
-            }
+            status_code=503,
+            content={"status": "starting" if starting else "unhealthy", "message": message},
         )
 
     return api

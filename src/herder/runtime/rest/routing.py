@@ -10,6 +10,8 @@ Connect's rules, kept so its clients and mixed clusters behave the same:
 * While no leader or owner is known because the group is rebalancing, the worker waits
   and tries again instead of failing at once, so a user's write during a rebalance
   succeeds once it ends; only after ``LEADER_WAIT_S`` does it answer 409.
+* A worker outside its group (still starting, or out of it for good after a fatal
+  group error) waits for nothing: it answers 409 at once, naming why.
 * A request that cannot finish within the request timeout (90 s, as Connect) answers 500
   naming what the worker was doing meanwhile.
 """
@@ -83,7 +85,24 @@ class RequestRouter:
 
     async def route(self, request: Request, action: Callable[[], Awaitable[T]]) -> T | Response:
         """Run ``action`` here, or forward ``request`` to the worker it belongs to."""
+        self.refuse_outside_group()
         return await self.within_timeout(self._route(request, action))
+
+    def refuse_outside_group(self) -> None:
+        """Answer at once for a worker no rebalance will bring a leader to."""
+        herder = self.herder
+        group = herder.config.group_id
+        if herder.failure is not None:
+            raise Conflict(
+                f"{NO_LEADER}: worker {herder.worker_id} is out of its group {group} for good "
+                f"and is stopping ({herder.failure}). Send the request to another worker of "
+                "the group"
+            )
+        if herder.member is None:
+            raise Conflict(
+                f"{NO_LEADER}: worker {herder.worker_id} has not joined its group {group} "
+                "yet (it is still starting). Try again once GET /health answers 200"
+            )
 
     async def _route(self, request: Request, action: Callable[[], Awaitable[T]]) -> T | Response:
         forward = _forward_flag(request)
@@ -103,6 +122,7 @@ class RequestRouter:
                     if forwarded is not None:
                         return forwarded
                     # that worker is gone (the group will notice): as if none were known
+                self.refuse_outside_group()
                 if time.monotonic() >= deadline:
                     raise Conflict(
                         f"{NO_LEADER}, likely because a rebalance was underway."
