@@ -5,7 +5,9 @@ use Kafka's name *and* number, so people (and tools) that know Kafka read them a
 herder's own errors are numbered from 1000.
 
 Each class also says which HTTP status the REST API answers it with (``http_status``),
-so the REST layer maps an error by reading it rather than by knowing every class.
+so the REST layer maps an error by reading it rather than by knowing every class, and
+may say what the user can do about it (``advice``), which the CLI's and the REST API's
+one line ends with (:func:`with_advice`).
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class HerderError(Exception):
     code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
     #: the REST API's status for it: a server's fault unless a subclass says otherwise
     http_status: int = 500
+    #: what to do about it, where the class alone can say (messages may say more)
+    advice: str = ""
     #: whether the same request may succeed if simply tried again later
     retriable: bool = False
 
@@ -119,6 +123,7 @@ class CorruptMessage(ProtocolError):
 class UnknownTopicOrPartition(HerderError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     http_status = 404
+    advice = "`herder topics list` shows the topics there are"
 
 
 class NotLeaderOrFollower(RetriableError):
@@ -139,14 +144,20 @@ class NetworkError(RetriableError):
 
 class CoordinatorLoadInProgress(RetriableError):
     code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    advice = "the new group coordinator is loading its groups: try again shortly"
 
 
 class CoordinatorNotAvailable(RetriableError):
     code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    advice = (
+        "the group coordinator runs on the ensemble's leader: check with "
+        "`herder ensemble status` that the ensemble runs and has one, then try again"
+    )
 
 
 class NotCoordinator(RetriableError):
     code = ErrorCode.NOT_COORDINATOR
+    advice = "the group coordinator moved to another server: try again"
 
 
 class IllegalGeneration(HerderError):
@@ -172,6 +183,7 @@ class InvalidSessionTimeout(HerderError):
 class RebalanceInProgress(HerderError):
     code = ErrorCode.REBALANCE_IN_PROGRESS
     http_status = 409
+    advice = "try again once the rebalance is over"
 
 
 class InvalidCommitOffsetSize(HerderError):
@@ -194,11 +206,13 @@ class InvalidPartitions(HerderError):
 class NonEmptyGroup(HerderError):
     code = ErrorCode.NON_EMPTY_GROUP
     http_status = 409
+    advice = "stop the group's members first"
 
 
 class GroupIdNotFound(HerderError):
     code = ErrorCode.GROUP_ID_NOT_FOUND
     http_status = 404
+    advice = "`herder groups list` shows the groups there are"
 
 
 class MemberIdRequired(HerderError):
@@ -230,6 +244,7 @@ class UnknownSession(HerderError):
 class UnknownLog(HerderError):
     code = ErrorCode.UNKNOWN_LOG
     http_status = 404
+    advice = "`herder logs list` shows the logs there are"
 
 
 class LogAlreadyExists(HerderError):
@@ -279,6 +294,14 @@ class NotSupported(HerderError):
 class ServerStopping(RetriableError):
     code = ErrorCode.SERVER_STOPPING
     http_status = 503
+
+
+def with_advice(error: HerderError) -> str:
+    """``error``'s message, ending with its class's advice unless it says it already."""
+    message = str(error)
+    if not error.advice or error.advice in message:
+        return message
+    return f"{message.rstrip('.')}; {error.advice}"
 
 
 def error_from_code(code: int, message: str = "") -> HerderError:

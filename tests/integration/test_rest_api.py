@@ -204,7 +204,7 @@ def test_create_with_initial_states_and_errors(logs_on_failure: RestCluster) -> 
     body = {"name": "init-bad", "config": c.config(), "initial_state": "SLEEPING"}
     assert_error(send("POST", f"{a}/connectors", body), 400, "initial_state")
     dup = {"name": "init-paused", "config": c.config()}
-    assert_error(send("POST", f"{b}/connectors", dup), 409, "already exists")
+    assert_error(send("POST", f"{b}/connectors", dup), 409, "already exists", "another name")
     invalid = {"name": "init-invalid", "config": {"connector.class": SOURCE, "tasks.max": "0"}}
     assert_error(send("POST", f"{b}/connectors", invalid), 400, "tasks.max", "marker.dir")
     unknown = {"name": "init-unknown", "config": {"connector.class": "NoSuchConnector"}}
@@ -214,7 +214,8 @@ def test_create_with_initial_states_and_errors(logs_on_failure: RestCluster) -> 
     assert "init-invalid" not in get(f"{a}/connectors").json()
 
     for path in ("", "/config", "/status", "/tasks", "/tasks/0/status", "/offsets"):
-        assert_error(get(f"{a}/connectors/nope{path}"), 404)
+        # Connect's message, then what to do next
+        assert_error(get(f"{a}/connectors/nope{path}"), 404, "nope", "GET /connectors lists")
     info = get(f"{b}/connectors/init-running").json()
     assert_conforms("connector_info", info)
     assert info["type"] == "source" and len(info["tasks"]) == 2

@@ -24,6 +24,13 @@ def worker() -> None:
 def start(config_path: Path) -> None:
     """Run one worker until SIGTERM."""
     from herder.config import load_properties, resolve
+    from herder.errors import ConfigError
     from herder.runtime.process import run_worker
+    from herder.runtime.worker_config import WorkerConfig
 
-    asyncio.run(run_worker(resolve(load_properties(config_path))))
+    props = resolve(load_properties(config_path))
+    try:
+        WorkerConfig.from_properties(props)
+    except ConfigError as exc:
+        raise ConfigError(f"{config_path}: {exc}") from None
+    asyncio.run(run_worker(props))

@@ -108,7 +108,7 @@ class NotLeaderWorker(WrongWorker):
 
     def __init__(self, leader_url: str | None) -> None:
         super().__init__(
-            f"this worker is not the leader; the leader is at {leader_url}"
+            f"this worker is not the leader; send the request to the leader at {leader_url}"
             if leader_url
             else "no leader is known yet (a rebalance is under way); try again shortly",
             leader_url,
@@ -122,7 +122,11 @@ class NotOwner(WrongWorker):
     def __init__(self, what: str, owner_url: str | None) -> None:
         super().__init__(
             f"{what} is not assigned to this worker"
-            + (f"; it runs at {owner_url}" if owner_url else " nor, yet, to any other"),
+            + (
+                f"; send the request to {owner_url}, where it runs"
+                if owner_url
+                else " nor, yet, to any other; try again once the rebalance is over"
+            ),
             owner_url,
         )
 
@@ -132,6 +136,7 @@ class NotFound(HerderError):
 
     code = ErrorCode.NOT_FOUND
     http_status = 404
+    advice = "GET /connectors lists the connectors, GET /connectors/<name>/tasks their tasks"
 
 
 class AlreadyExists(HerderError):
@@ -139,6 +144,7 @@ class AlreadyExists(HerderError):
 
     code = ErrorCode.ALREADY_EXISTS
     http_status = 409
+    advice = "choose another name, or change its config with PUT /connectors/<name>/config"
 
 
 class ConfigChanged(HerderError):
@@ -324,7 +330,7 @@ class DistributedHerder:
             await self.member.close(leave=True)
         for _, future in self._requests.drain():
             if not future.done():
-                future.set_exception(ServerStopping(f"worker {self.worker_id} is stopping"))
+                future.set_exception(ServerStopping(self._stopping_message))
         # before the connections it shares with the executions close under it
         await self.worker.close()
         for store in (self.configs, self.offsets, self.statuses):
@@ -816,10 +822,17 @@ class DistributedHerder:
 
     # -- requests (from the REST API) -----------------------------------------------------
 
+    @property
+    def _stopping_message(self) -> str:
+        return (
+            f"worker {self.worker_id} is stopping; send the request to another worker of "
+            f"group {self.config.group_id}, or to this one once it has restarted"
+        )
+
     async def submit(self, action: Callable[[], Awaitable[T]], delay_s: float = 0.0) -> T:
         """Run ``action`` on the herder loop, after ``delay_s``, in order of arrival."""
         if self._stopping:
-            raise ServerStopping(f"worker {self.worker_id} is stopping")
+            raise ServerStopping(self._stopping_message)
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._requests.push((action, future), _now_ms(), int(delay_s * 1000))
         self._wake.set()

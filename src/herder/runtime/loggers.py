@@ -38,6 +38,7 @@ class UnknownLevel(HerderError):
 
     code = ErrorCode.INVALID_CONFIG
     http_status = 404  # as Connect answers it
+    advice = "use one of TRACE, DEBUG, INFO, WARN, ERROR, FATAL or OFF"
 
 
 def level_name(level: int) -> str:

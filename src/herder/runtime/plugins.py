@@ -61,6 +61,7 @@ class UnknownPlugin(HerderError):
 
     code = ErrorCode.UNKNOWN_PLUGIN
     http_status = 404
+    advice = "GET /connector-plugins lists the plugins this worker has"
 
 
 @dataclass(frozen=True, slots=True)

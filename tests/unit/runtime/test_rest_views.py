@@ -16,6 +16,7 @@ from herder.errors import (
     RebalanceInProgress,
     ServerStopping,
     error_from_code,
+    with_advice,
 )
 from herder.runtime.config_state import (
     ClusterConfigSnapshot,
@@ -140,7 +141,10 @@ def test_an_error_answers_the_status_its_class_declares(
     assert error.http_status == status
     response = asyncio.run(herder_error(None, error("what went wrong")))  # type: ignore[arg-type]
     assert response.status_code == status
-    assert json.loads(bytes(response.body)) == {"error_code": status, "message": "what went wrong"}
+    body = json.loads(bytes(response.body))
+    assert body["error_code"] == status and body["message"].startswith("what went wrong")
+    # what to do next, where the class can say
+    assert body["message"] == with_advice(error("what went wrong"))
 
 
 def test_the_rest_layer_reads_the_status_from_the_class_alone() -> None:
@@ -172,3 +176,17 @@ def test_the_errors_a_worker_can_meet_declare_a_code_and_a_status() -> None:
     # herder's own codes come back as their classes from a peer
     assert type(error_from_code(ErrorCode.NOT_FOUND, "gone")) is NotFound
     assert type(error_from_code(ErrorCode.ALREADY_EXISTS, "dup")) is AlreadyExists
+
+
+def test_a_message_ends_with_what_to_do_next_once() -> None:
+    missing = NotFound("Connector nope not found")
+    assert with_advice(missing) == (
+        "Connector nope not found; GET /connectors lists the connectors, "
+        "GET /connectors/<name>/tasks their tasks"
+    )
+    assert with_advice(NotFound(with_advice(missing))) == with_advice(missing)  # not twice
+    assert with_advice(UnknownLevel("invalid log level 'LOUD'.")).endswith(
+        "'LOUD'; use one of TRACE, DEBUG, INFO, WARN, ERROR, FATAL or OFF"
+    )
+    assert with_advice(HerderError("no advice of its own")) == "no advice of its own"
+    assert "GET /connector-plugins" in with_advice(UnknownPlugin("Unknown plugin x."))

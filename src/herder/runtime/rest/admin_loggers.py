@@ -22,6 +22,10 @@ WORKER_SCOPE = "worker"
 CLUSTER_SCOPE = "cluster"
 
 
+class UnknownLogger(NotFound):
+    advice = "GET /admin/loggers lists the loggers there are"
+
+
 def admin_loggers_routes(herder: DistributedHerder, router: RequestRouter) -> APIRouter:
     api = APIRouter(tags=["admin/loggers"])
 
@@ -33,7 +37,7 @@ def admin_loggers_routes(herder: DistributedHerder, router: RequestRouter) -> AP
     async def get_logger(name: str) -> Response:
         level = herder.loggers.level(name)
         if level is None:
-            raise NotFound(f"Logger {name} not found.")
+            raise UnknownLogger(f"Logger {name} not found.")
         return JSONResponse(level)
 
     @api.put("/admin/loggers/{name}", response_model=None)
@@ -45,7 +49,10 @@ def admin_loggers_routes(herder: DistributedHerder, router: RequestRouter) -> AP
     ) -> Response:
         level = body.get("level") if isinstance(body, dict) else None
         if not isinstance(level, str):
-            raise ConfigError("Desired 'level' parameter was not specified in request.")
+            raise ConfigError(
+                "Desired 'level' parameter was not specified in request; send a body like "
+                '{"level": "DEBUG"}'
+            )
         parse_level(level)
         if scope.lower() == CLUSTER_SCOPE:
             result = await router.route(

@@ -46,10 +46,13 @@ def connector_plugins_routes(herder: DistributedHerder) -> APIRouter:
     async def validate(plugin: str, body: dict[str, str]) -> dict[str, Any]:
         included = body.get("connector.class")
         if included is None:
-            raise ConfigError(f"Connector config {body} contains no connector type")
+            raise ConfigError(
+                f"Connector config {body} contains no connector type; add 'connector.class'"
+            )
         if not _normalized(class_name_of(included)).endswith(_normalized(plugin)):
             raise ConfigError(
-                f"Included connector type {included} does not match request type {plugin}"
+                f"Included connector type {included} does not match request type {plugin}; "
+                "validate against the plugin the config names"
             )
         return (await herder.validate_config(body)).to_json()
 

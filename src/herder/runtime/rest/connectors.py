@@ -38,7 +38,7 @@ def _with_name(name: str, config: dict[str, str]) -> dict[str, str]:
     if included is not None and included != name:
         raise ConfigError(
             f"Connector name configuration ({included}) doesn't match connector name in the "
-            f"URL ({name})"
+            f"URL ({name}); leave 'name' out of the config or make the two the same"
         )
     return {**config, "name": name}
 
@@ -96,7 +96,7 @@ def connectors_routes(herder: DistributedHerder, router: RequestRouter) -> APIRo
     async def create_connector(body: CreateConnectorRequest, request: Request) -> Response:
         name = body.name.strip()
         if not name:
-            raise ConfigError("Connector name must not be empty")
+            raise ConfigError("Connector name must not be empty; give the connector a name")
         connector_config = _with_name(name, body.config)
         state = _initial_state(body.initial_state)
 
@@ -138,7 +138,7 @@ def connectors_routes(herder: DistributedHerder, router: RequestRouter) -> APIRo
         if body.get("name", name) != name:
             raise ConfigError(
                 f"Connector name configuration ({body['name']}) doesn't match connector name "
-                f"in the URL ({name})"
+                f"in the URL ({name}); leave 'name' out of the patch"
             )
         result = await router.route(request, lambda: herder.patch_connector_config(name, body))
         return reply(result if isinstance(result, Response) else info(name), 200)
@@ -190,9 +190,15 @@ def connectors_routes(herder: DistributedHerder, router: RequestRouter) -> APIRo
 
     def _require_topic_tracking(reset: bool = False) -> None:
         if not config.topic_tracking:
-            raise Forbidden("Topic tracking is disabled.")
+            raise Forbidden(
+                "Topic tracking is disabled. Set topic.tracking.enable=true in the worker "
+                "config to use it"
+            )
         if reset and not config.topic_tracking_allow_reset:
-            raise Forbidden("Topic tracking reset is disabled.")
+            raise Forbidden(
+                "Topic tracking reset is disabled. Set topic.tracking.allow.reset=true in "
+                "the worker config to use it"
+            )
 
     @api.get("/connectors/{name}/topics")
     async def active_topics(name: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from herder.errors import ErrorCode, HerderError
+from herder.errors import ErrorCode, HerderError, with_advice
 
 __all__ = ["Conflict", "Forbidden", "bad_request_body", "error_response", "herder_error"]
 
@@ -33,7 +33,7 @@ def error_response(status: int, message: str) -> JSONResponse:
 
 async def herder_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HerderError)
-    return error_response(exc.http_status, str(exc))
+    return error_response(exc.http_status, with_advice(exc))
 
 
 async def bad_request_body(request: Request, exc: Exception) -> JSONResponse:
@@ -43,4 +43,6 @@ async def bad_request_body(request: Request, exc: Exception) -> JSONResponse:
         f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}"
         for e in exc.errors()
     )
-    return error_response(400, f"Invalid request body: {problems}")
+    return error_response(
+        400, f"Invalid request: {problems}. See /docs for the shape each endpoint expects"
+    )

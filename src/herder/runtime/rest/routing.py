@@ -81,7 +81,10 @@ class RequestRouter:
         except TimeoutError:
             activity = self.herder.current_activity()
             log.warning("a REST request timed out; the worker is %s", activity)
-            raise HerderError(f"Request timed out. The worker is currently {activity}") from None
+            raise HerderError(
+                f"Request timed out. The worker is currently {activity}. Try again once it "
+                "is done; its log says why that takes long"
+            ) from None
 
     async def route(self, request: Request, action: Callable[[], Awaitable[T]]) -> T | Response:
         """Run ``action`` here, or forward ``request`` to the worker it belongs to."""
@@ -116,7 +119,7 @@ class RequestRouter:
                     if forward is False:
                         raise Conflict(
                             "Cannot complete request because of a conflicting operation "
-                            "(e.g. worker rebalance)"
+                            "(e.g. worker rebalance). Try again once the rebalance is over"
                         ) from None
                     forwarded = await self._forward(request, target, again=forward is None)
                     if forwarded is not None:
@@ -125,7 +128,8 @@ class RequestRouter:
                 self.refuse_outside_group()
                 if time.monotonic() >= deadline:
                     raise Conflict(
-                        f"{NO_LEADER}, likely because a rebalance was underway."
+                        f"{NO_LEADER}, likely because a rebalance was underway. Try again "
+                        "once it is over (GET /health answers 200)"
                     ) from None
                 await asyncio.sleep(RETRY_INTERVAL_S)
 
@@ -149,7 +153,10 @@ class RequestRouter:
             log.info("could not reach %s to forward a request (%s); retrying", target, exc)
             return None
         except httpx.HTTPError as exc:
-            raise Conflict(f"could not forward the request to {target}: {exc!r}") from None
+            raise Conflict(
+                f"could not forward the request to {target}: {exc!r}. Try again; if this "
+                "persists, check that worker's log"
+            ) from None
         return Response(
             content=answer.content,
             status_code=answer.status_code,
