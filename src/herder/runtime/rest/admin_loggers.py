@@ -7,11 +7,12 @@ import logging
 from typing import Any
 
 from fastapi import APIRouter, Body, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from herder.errors import ConfigError
 from herder.runtime.herder import DistributedHerder, NotFound
 from herder.runtime.loggers import parse_level
+from herder.runtime.rest.responses import JsonReply
 from herder.runtime.rest.routing import RequestRouter, reply
 
 __all__ = ["admin_loggers_routes"]
@@ -38,7 +39,7 @@ def admin_loggers_routes(herder: DistributedHerder, router: RequestRouter) -> AP
         level = herder.loggers.level(name)
         if level is None:
             raise UnknownLogger(f"Logger {name} not found.")
-        return JSONResponse(level)
+        return JsonReply(level)
 
     @api.put("/admin/loggers/{name}", response_model=None)
     async def set_logger(
@@ -61,6 +62,6 @@ def admin_loggers_routes(herder: DistributedHerder, router: RequestRouter) -> AP
             return reply(result, 204, body=False)
         if scope.lower() != WORKER_SCOPE:
             log.warning("invalid logger scope %r; using %s", scope, WORKER_SCOPE)
-        return JSONResponse(herder.loggers.set_level(name, level))
+        return JsonReply(herder.loggers.set_level(name, level))
 
     return api

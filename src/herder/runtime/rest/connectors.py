@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from herder.errors import ConfigError, HerderError
@@ -15,6 +15,7 @@ from herder.runtime.config_state import RestartRequest, TargetState
 from herder.runtime.herder import DistributedHerder
 from herder.runtime.rest import views
 from herder.runtime.rest.errors import Forbidden
+from herder.runtime.rest.responses import JsonReply
 from herder.runtime.rest.routing import RequestRouter, reply
 
 __all__ = ["connectors_routes"]
@@ -108,7 +109,7 @@ def connectors_routes(herder: DistributedHerder, router: RequestRouter) -> APIRo
         result = await router.route(request, action)
         if isinstance(result, Response):
             return _created(result, request, name)
-        return _created(JSONResponse(status_code=201, content=info(name)), request, name)
+        return _created(JsonReply(status_code=201, content=info(name)), request, name)
 
     @api.get("/connectors/{name}")
     async def get_connector(name: str) -> dict[str, Any]:
@@ -128,7 +129,7 @@ def connectors_routes(herder: DistributedHerder, router: RequestRouter) -> APIRo
         if isinstance(result, Response):
             return _created(result, request, name)
         return _created(
-            JSONResponse(status_code=201 if result else 200, content=info(name)), request, name
+            JsonReply(status_code=201 if result else 200, content=info(name)), request, name
         )
 
     @api.patch("/connectors/{name}/config", response_model=None)

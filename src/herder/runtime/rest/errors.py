@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 
 from herder.errors import ErrorCode, HerderError, with_advice
+from herder.runtime.rest.responses import JsonReply
 
 __all__ = ["Conflict", "Forbidden", "bad_request_body", "error_response", "herder_error"]
 
@@ -26,17 +26,17 @@ class Forbidden(HerderError):
     http_status = 403
 
 
-def error_response(status: int, message: str) -> JSONResponse:
+def error_response(status: int, message: str) -> JsonReply:
     """Connect's ErrorMessage body."""
-    return JSONResponse(status_code=status, content={"error_code": status, "message": message})
+    return JsonReply(status_code=status, content={"error_code": status, "message": message})
 
 
-async def herder_error(request: Request, exc: Exception) -> JSONResponse:
+async def herder_error(request: Request, exc: Exception) -> JsonReply:
     assert isinstance(exc, HerderError)
     return error_response(exc.http_status, with_advice(exc))
 
 
-async def bad_request_body(request: Request, exc: Exception) -> JSONResponse:
+async def bad_request_body(request: Request, exc: Exception) -> JsonReply:
     """A body, path or query parameter of the wrong shape: 400 naming each problem."""
     assert isinstance(exc, RequestValidationError)
     problems = "; ".join(

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
 
 from herder import __version__
 from herder.runtime.herder import DistributedHerder
+from herder.runtime.rest.responses import JsonReply
 
 __all__ = ["root_routes"]
 
@@ -21,16 +21,16 @@ def root_routes(herder: DistributedHerder) -> APIRouter:
         return {"version": __version__, "commit": "", "kafka_cluster_id": herder.config.group_id}
 
     @api.get("/health")
-    async def health() -> JSONResponse:
+    async def health() -> JsonReply:
         """200 once the worker is in its group with an assignment; else 503 saying why.
 
         As Connect's: ``starting`` before the worker ever joined, ``unhealthy`` after.
         """
         ok, message = herder.health()
         if ok:
-            return JSONResponse({"status": "healthy", "message": message})
+            return JsonReply({"status": "healthy", "message": message})
         starting = herder.failure is None and herder.generation is None
-        return JSONResponse(
+        return JsonReply(
             status_code=503,
             content={"status": "starting" if starting else "unhealthy", "message": message},
         )

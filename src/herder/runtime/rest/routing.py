@@ -26,11 +26,12 @@ from typing import Any, TypeVar
 
 import httpx
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from herder.errors import HerderError, RebalanceInProgress
 from herder.runtime.herder import DistributedHerder, WrongWorker
 from herder.runtime.rest.errors import Conflict
+from herder.runtime.rest.responses import JsonReply
 
 __all__ = ["RequestRouter", "reply"]
 
@@ -52,7 +53,7 @@ def reply(result: Any, status: int, body: bool = True) -> Response:
         return result
     if not body:
         return Response(status_code=status)
-    return JSONResponse(status_code=status, content=result)
+    return JsonReply(status_code=status, content=result)
 
 
 def _forward_flag(request: Request) -> bool | None:
