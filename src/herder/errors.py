@@ -3,6 +3,11 @@
 Codes travel on the wire as integers. Where Kafka has an error with the same meaning we
 use Kafka's name *and* number, so people (and tools) that know Kafka read them at once;
 herder's own errors are numbered from 1000.
+
+Each class also says which HTTP status the REST API answers it with (``http_status``),
+so the REST layer maps an error by reading it rather than by knowing every class, and
+may say what the user can do about it (``advice``), which the CLI's and the REST API's
+one line ends with (:func:`with_advice`).
 """
 
 from __future__ import annotations
@@ -56,12 +61,22 @@ class ErrorCode(IntEnum):
     NOT_SUPPORTED = 1012
     SERVER_STOPPING = 1013
     TOO_MANY_CONNECTIONS = 1014
+    NOT_FOUND = 1015  # a connector, task or logger a request names does not exist
+    ALREADY_EXISTS = 1016
+    CONFIG_CHANGED = 1017  # a connector's config changed under a request that read it
+    WRONG_WORKER = 1018  # the request belongs to another worker of the group
+    UNKNOWN_PLUGIN = 1019
+    FORBIDDEN = 1020  # the worker is configured not to allow the request
 
 
 class HerderError(Exception):
     """Root of herder's errors. ``code`` is stable and goes over the wire."""
 
     code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+    #: the REST API's status for it: a server's fault unless a subclass says otherwise
+    http_status: int = 500
+    #: what to do about it, where the class alone can say (messages may say more)
+    advice: str = ""
     #: whether the same request may succeed if simply tried again later
     retriable: bool = False
 
@@ -85,6 +100,7 @@ class RetriableError(HerderError):
     """The same request may succeed later (after a rediscovery, a rebalance, a backoff)."""
 
     retriable = True
+    http_status = 503
 
 
 class ProtocolError(HerderError):
@@ -97,6 +113,7 @@ class ConfigError(HerderError):
     """A configuration is invalid; the message names the key and why."""
 
     code = ErrorCode.INVALID_CONFIG
+    http_status = 400
 
 
 class CorruptMessage(ProtocolError):
@@ -105,6 +122,8 @@ class CorruptMessage(ProtocolError):
 
 class UnknownTopicOrPartition(HerderError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    http_status = 404
+    advice = "`herder topics list` shows the topics there are"
 
 
 class NotLeaderOrFollower(RetriableError):
@@ -125,14 +144,20 @@ class NetworkError(RetriableError):
 
 class CoordinatorLoadInProgress(RetriableError):
     code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    advice = "the new group coordinator is loading its groups: try again shortly"
 
 
 class CoordinatorNotAvailable(RetriableError):
     code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    advice = (
+        "the group coordinator runs on the ensemble's leader: check with "
+        "`herder ensemble status` that the ensemble runs and has one, then try again"
+    )
 
 
 class NotCoordinator(RetriableError):
     code = ErrorCode.NOT_COORDINATOR
+    advice = "the group coordinator moved to another server: try again"
 
 
 class IllegalGeneration(HerderError):
@@ -157,6 +182,8 @@ class InvalidSessionTimeout(HerderError):
 
 class RebalanceInProgress(HerderError):
     code = ErrorCode.REBALANCE_IN_PROGRESS
+    http_status = 409
+    advice = "try again once the rebalance is over"
 
 
 class InvalidCommitOffsetSize(HerderError):
@@ -169,6 +196,7 @@ class UnsupportedVersion(ProtocolError):
 
 class TopicAlreadyExists(HerderError):
     code = ErrorCode.TOPIC_ALREADY_EXISTS
+    http_status = 409
 
 
 class InvalidPartitions(HerderError):
@@ -177,10 +205,14 @@ class InvalidPartitions(HerderError):
 
 class NonEmptyGroup(HerderError):
     code = ErrorCode.NON_EMPTY_GROUP
+    http_status = 409
+    advice = "stop the group's members first"
 
 
 class GroupIdNotFound(HerderError):
     code = ErrorCode.GROUP_ID_NOT_FOUND
+    http_status = 404
+    advice = "`herder groups list` shows the groups there are"
 
 
 class MemberIdRequired(HerderError):
@@ -193,10 +225,12 @@ class GroupMaxSizeReached(HerderError):
 
 class Fenced(HerderError):
     code = ErrorCode.FENCED
+    http_status = 409
 
 
 class CheckFailed(HerderError):
     code = ErrorCode.CHECK_FAILED
+    http_status = 409
 
 
 class SessionExpired(HerderError):
@@ -209,10 +243,13 @@ class UnknownSession(HerderError):
 
 class UnknownLog(HerderError):
     code = ErrorCode.UNKNOWN_LOG
+    http_status = 404
+    advice = "`herder logs list` shows the logs there are"
 
 
 class LogAlreadyExists(HerderError):
     code = ErrorCode.LOG_ALREADY_EXISTS
+    http_status = 409
 
 
 class NotLeader(RetriableError):
@@ -251,10 +288,20 @@ class UnknownApi(ProtocolError):
 
 class NotSupported(HerderError):
     code = ErrorCode.NOT_SUPPORTED
+    http_status = 400
 
 
 class ServerStopping(RetriableError):
     code = ErrorCode.SERVER_STOPPING
+    http_status = 503
+
+
+def with_advice(error: HerderError) -> str:
+    """``error``'s message, ending with its class's advice unless it says it already."""
+    message = str(error)
+    if not error.advice or error.advice in message:
+        return message
+    return f"{message.rstrip('.')}; {error.advice}"
 
 
 def error_from_code(code: int, message: str = "") -> HerderError:

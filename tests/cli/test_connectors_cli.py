@@ -29,6 +29,10 @@ from tests.harness import HERDER, Processes, free_port, wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 MARKER = "tests.fixtures.connectors.MarkerSourceConnector"
+#: what a 404 for a connector ends with: where to see what there is
+NOT_FOUND_ADVICE = (
+    "; GET /connectors lists the connectors, GET /connectors/<name>/tasks their tasks (HTTP 404)"
+)
 FAILING = "tests.cli.test_connectors_cli.HalfFailingSourceConnector"
 READY_LINE = re.compile(r"^standalone worker \S+ REST API at (\S+);", re.M)
 
@@ -179,22 +183,26 @@ def test_create_list_get_status_and_delete(cli: Cli, tmp_path: Path) -> None:
     assert cli.ok("get", "alpha", "--json").json()["config"]["tasks.max"] == "2"
 
     status = cli.ok("status", "alpha")
-    assert "connector alpha (source): RUNNING on worker-" in status.out
-    assert len(re.findall(r"RUNNING\s+.\s+worker-", status.out)) == 2
+    worker = cli.url.removeprefix("http://")  # the worker's id is its host:port
+    assert f"connector alpha (source): RUNNING on {worker}" in status.out
+    assert len(re.findall(rf"RUNNING\s+.\s+{re.escape(worker)}", status.out)) == 2
     assert [t["id"] for t in cli.ok("status", "alpha", "--json").json()["tasks"]] == [0, 1]
 
     assert cli.ok("delete", "beta").out.strip() == "deleted connector beta"
     assert cli.ok("list", "--json").json() == ["alpha"]
     gone = cli("get", "beta")
     assert gone.code == 1 and gone.out == ""
-    assert gone.err.strip() == "error: Connector beta not found (HTTP 404)"
+    assert gone.err.strip() == f"error: Connector beta not found{NOT_FOUND_ADVICE}"
 
 
 def test_refusals_are_one_line_with_a_non_zero_exit(cli: Cli) -> None:
     cli.ok("create", "dup", *cli.marker_config())
     duplicate = cli("create", "dup", *cli.marker_config())
     assert duplicate.code == 1
-    assert duplicate.err.strip() == "error: Connector dup already exists (HTTP 409)"
+    assert duplicate.err.strip() == (
+        "error: Connector dup already exists; choose another name, or change its config with "
+        "PUT /connectors/<name>/config (HTTP 409)"
+    )
     invalid = cli("create", "bad", "-c", f"connector.class={MARKER}", "-c", "tasks.max=0")
     assert invalid.code == 1 and len(invalid.err.strip().splitlines()) == 1
     assert "tasks.max" in invalid.err and "(HTTP 400)" in invalid.err
@@ -202,17 +210,20 @@ def test_refusals_are_one_line_with_a_non_zero_exit(cli: Cli) -> None:
     assert no_name.code == 2 and "NAME" in no_name.err
     bad_pair = cli("create", "x", "-c", "no-equals-sign")
     assert bad_pair.code == 2 and "KEY=VALUE" in bad_pair.err
-    assert cli("delete", "nope").err.strip() == "error: Connector nope not found (HTTP 404)"
+    assert cli("delete", "nope").err.strip() == f"error: Connector nope not found{NOT_FOUND_ADVICE}"
 
     # the real command: HERDER_URL picks the worker, and no traceback anywhere
     listed = run_herder("connectors", "list", "--json", env={"HERDER_URL": cli.url})
     assert listed.returncode == 0 and json.loads(listed.stdout) == ["dup"]
     missing = run_herder("connectors", "status", "nope", "--url", cli.url)
     assert missing.returncode == 1 and "Traceback" not in missing.stderr
-    assert missing.stderr.strip() == "error: No status found for connector nope (HTTP 404)"
+    assert missing.stderr.strip() == (
+        f"error: No status found for connector nope{NOT_FOUND_ADVICE}"
+    )
     unreachable = run_herder("connectors", "list", "--url", f"http://127.0.0.1:{free_port()}")
     assert unreachable.returncode == 1 and "Traceback" not in unreachable.stderr
     assert unreachable.stderr.startswith("error: cannot reach a worker at http://127.0.0.1:")
+    assert "herder worker start" in unreachable.stderr and "--url" in unreachable.stderr
 
 
 # -- update -------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@
 
 Each worker is a JVM (local[1], 512 MB): at most two run at once. Which worker runs a
 task comes from the REST status (``worker_id``), and worker ids from the line each
-worker prints when it has started (``worker-<8 hex>``, new at every start).
+worker prints when it has started (its REST API's ``host:port``, as Connect's; a
+restarted worker gets a new port).
 """
 
 from __future__ import annotations
@@ -118,9 +119,10 @@ class Cluster:
         self.workers.remove(worker)
 
     def restart(self, worker: Worker) -> Worker:
-        """Start a killed worker again from its config (it gets a new worker id)."""
+        """Start a killed worker again, on a new port: a worker's id is its host:port, so
+        a status the killed one left behind is not taken for the new one's."""
         assert not worker.proc.alive()
-        return self.start_worker(worker.config)
+        return self.start_worker()
 
     def freeze(self, worker: Worker) -> None:
         worker.proc.signal(signal.SIGSTOP)

@@ -284,14 +284,18 @@ def test_back_after_kill_9(processes: Processes, tmp_path: Path) -> None:
     assert "same config; kept" in proc.output()
     found = READY_LINE.search(proc.output())
     assert found is not None
-    wait_until(
-        lambda: (
+
+    def on_the_new_worker() -> bool:
+        # the new worker has the old one's id (its REST host:port), so which process
+        # runs the tasks is told by their marker files, which hold its pid
+        tasks = [markers / f"m-{i}" for i in range(2)]
+        return (
             running(url, "m", 2)
             and connector_status(url, "m")["connector"]["worker_id"] == found.group(1)
-        ),
-        timeout=60,
-        what="m RUNNING on the new worker",
-    )
+            and all(t.exists() and t.read_text().strip() == str(proc.pid) for t in tasks)
+        )
+
+    wait_until(on_the_new_worker, timeout=60, what="m RUNNING on the new worker")
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -175,7 +175,10 @@ def test_list_describe_delete(server: ServerHandle) -> None:
         assert await herder_json(server, "delete", "g1") == {"group_id": "g1", "deleted": True}
         assert "g1" not in [g["group_id"] for g in await herder_json(server, "list")]
         gone = await herder(server, "describe", "g1")
-        assert gone.returncode == 1 and gone.stderr == "error: group 'g1' does not exist\n"
+        assert gone.returncode == 1
+        assert gone.stderr == (
+            "error: group 'g1' does not exist; `herder groups list` shows the groups there are\n"
+        )
         again = await herder(server, "delete", "g1")
         assert again.returncode == 1
         assert again.stderr.startswith("error: cannot delete group 'g1': GROUP_ID_NOT_FOUND")
@@ -193,3 +196,4 @@ def test_no_coordinator_is_one_line() -> None:
     )
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: no coordinator")
+    assert "herder ensemble status" in done.stderr

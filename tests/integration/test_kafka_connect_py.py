@@ -98,7 +98,8 @@ def test_kafka_connect_py_manages_connectors(worker_url: str, tmp_path: Path) ->
     assert kc.get_connector_config("kcp-a") == {**config, "name": "kcp-a"}
     status = kc.get_connector_status("kcp-a")
     assert status["name"] == "kcp-a" and status["type"] == "source"
-    assert status["connector"]["worker_id"].startswith("worker-")
+    # as Connect's: the worker's advertised host:port
+    assert status["connector"]["worker_id"] == worker_url.removeprefix("http://")
     tasks = kc.list_connector_tasks("kcp-a")
     assert [t["id"] for t in tasks] == [
         {"connector": "kcp-a", "task": 0},

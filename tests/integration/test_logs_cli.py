@@ -71,7 +71,9 @@ def test_status_rows(ensemble_server: ServerHandle) -> None:
 def test_user_mistakes_are_one_line(ensemble_server: ServerHandle) -> None:
     out = herder(ensemble_server, "logs", "append", "missing", "--value", "x")
     assert out.returncode == 1
-    assert out.stderr.strip() == "error: op 0: log 'missing' does not exist"
+    assert out.stderr.strip() == (
+        "error: op 0: log 'missing' does not exist; `herder logs list` shows the logs there are"
+    )
     both = herder(ensemble_server, "logs", "append", "missing")
     assert both.returncode == 2 and "exactly one of --value and --stdin" in both.stderr
     nobody = subprocess.run(
@@ -83,6 +85,7 @@ def test_user_mistakes_are_one_line(ensemble_server: ServerHandle) -> None:
     )
     assert nobody.returncode == 1 and "Traceback" not in nobody.stderr
     assert "no ensemble server" in nobody.stderr
+    assert "start one with `herder ensemble start --config" in nobody.stderr
 
 
 def test_follow_prints_new_records(ensemble_server: ServerHandle) -> None:

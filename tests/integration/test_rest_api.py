@@ -125,6 +125,8 @@ def states(url: str, name: str) -> tuple[str, list[str]]:
 def create(url: str, name: str, config: dict[str, str], **extra: Any) -> dict[str, Any]:
     reply = send("POST", f"{url}/connectors", {"name": name, "config": config, **extra})
     assert reply.status_code == 201, reply.text
+    # as Connect's: the new connector's URL, whether this worker or the leader created it
+    assert reply.headers["location"] == f"{url}/connectors/{name}"
     assert_conforms("connector_info", reply.json())
     body: dict[str, Any] = reply.json()
     return body
@@ -196,12 +198,16 @@ def test_create_with_initial_states_and_errors(logs_on_failure: RestCluster) -> 
     wait_until(lambda: states(b, "init-stopped") == ("STOPPED", []), 30)
     wait_until(lambda: states(a, "init-running") == ("RUNNING", ["RUNNING", "RUNNING"]), 30)
     assert c.starts("init-paused") == 0 and c.starts("init-stopped") == 0
+    # as in Connect, a worker's id is the host:port of its REST API
+    running = status(b, "init-running")
+    ids = {running["connector"]["worker_id"], *(t["worker_id"] for t in running["tasks"])}
+    assert ids <= {u.removeprefix("http://") for u in (a, b)} and len(ids) == 2
     assert get(f"{a}/connectors/init-stopped/tasks").json() == []
 
     body = {"name": "init-bad", "config": c.config(), "initial_state": "SLEEPING"}
     assert_error(send("POST", f"{a}/connectors", body), 400, "initial_state")
     dup = {"name": "init-paused", "config": c.config()}
-    assert_error(send("POST", f"{b}/connectors", dup), 409, "already exists")
+    assert_error(send("POST", f"{b}/connectors", dup), 409, "already exists", "another name")
     invalid = {"name": "init-invalid", "config": {"connector.class": SOURCE, "tasks.max": "0"}}
     assert_error(send("POST", f"{b}/connectors", invalid), 400, "tasks.max", "marker.dir")
     unknown = {"name": "init-unknown", "config": {"connector.class": "NoSuchConnector"}}
@@ -211,7 +217,8 @@ def test_create_with_initial_states_and_errors(logs_on_failure: RestCluster) -> 
     assert "init-invalid" not in get(f"{a}/connectors").json()
 
     for path in ("", "/config", "/status", "/tasks", "/tasks/0/status", "/offsets"):
-        assert_error(get(f"{a}/connectors/nope{path}"), 404)
+        # Connect's message, then what to do next
+        assert_error(get(f"{a}/connectors/nope{path}"), 404, "nope", "GET /connectors lists")
     info = get(f"{b}/connectors/init-running").json()
     assert_conforms("connector_info", info)
     assert info["type"] == "source" and len(info["tasks"]) == 2
@@ -245,6 +252,8 @@ def test_patch_and_put_config(logs_on_failure: RestCluster) -> None:
     assert updated.status_code == 200 and len(updated.json()["config"]) == 4
     created = send("PUT", f"{b}/connectors/put-new/config", c.config())
     assert created.status_code == 201, created.text
+    assert created.headers["location"] == f"{b}/connectors/put-new"
+    assert "location" not in updated.headers
     assert_conforms("connector_info", created.json())
 
 
@@ -254,7 +263,7 @@ def test_stop_empties_task_configs_and_resume_restores_them(logs_on_failure: Res
     create(a, "stoppy", c.config(**{"tasks.max": "2"}))
     wait_until(lambda: states(b, "stoppy") == ("RUNNING", ["RUNNING", "RUNNING"]), 30)
     reply = send("PUT", f"{b}/connectors/stoppy/stop")
-    assert reply.status_code == 202 and reply.content == b""
+    assert reply.status_code == 204 and reply.content == b""
     wait_until(lambda: states(a, "stoppy") == ("STOPPED", []), 30, what="stoppy STOPPED")
     assert get(f"{b}/connectors/stoppy/tasks").json() == []
     assert get(f"{a}/connectors/stoppy").json()["tasks"] == []
@@ -296,7 +305,9 @@ def test_restarts_are_carried_out_by_the_owning_workers(logs_on_failure: RestClu
     wait_until(lambda: states(a, "flaky") == ("RUNNING", ["RUNNING", "FAILED"]), 30)
     for url in (a, b):  # one of them does not run task 0: it forwards
         assert send("POST", f"{url}/connectors/flaky/tasks/0/restart").status_code == 204
-    assert counts() == {"flaky": 2, "flaky-0": 3, "flaky-1": 2}
+    # as in Connect, the answer comes once the new execution is under way: its start()
+    # runs on the task's own thread, maybe a moment later
+    wait_until(lambda: counts() == {"flaky": 2, "flaky-0": 3, "flaky-1": 2}, 30)
 
     assert_error(send("POST", f"{a}/connectors/nope/restart"), 404)
     assert_error(send("POST", f"{b}/connectors/nope/restart?includeTasks=true"), 404)
@@ -309,7 +320,7 @@ def test_stopping_a_failed_connector_stops_it_at_once(logs_on_failure: RestClust
     a, b = c.urls()
     create(a, "broken", c.config(**{"fail.connector": "true"}))
     wait_until(lambda: states(b, "broken") == ("FAILED", []), 30, what="broken FAILED")
-    assert send("PUT", f"{b}/connectors/broken/stop").status_code == 202
+    assert send("PUT", f"{b}/connectors/broken/stop").status_code == 204
     wait_until(lambda: states(a, "broken") == ("STOPPED", []), 10, what="broken STOPPED")
 
 
@@ -370,7 +381,7 @@ def test_source_and_sink_offsets(logs_on_failure: RestCluster) -> None:
     change = {"offsets": [{"partition": {"file": "a"}, "offset": {"position": 5}}]}
     assert_error(send("PATCH", f"{a}/connectors/src-off/offsets", change), 400, "STOPPED")
     assert_error(send("DELETE", f"{b}/connectors/src-off/offsets"), 400, "STOPPED")
-    assert send("PUT", f"{a}/connectors/src-off/stop").status_code == 202
+    assert send("PUT", f"{a}/connectors/src-off/stop").status_code == 204
     wait_until(lambda: states(b, "src-off") == ("STOPPED", []), 30)
 
     altered = send("PATCH", f"{b}/connectors/src-off/offsets", change)
@@ -449,7 +460,7 @@ def test_active_topics_are_recorded_and_reset(logs_on_failure: RestCluster) -> N
     # Once the connector is stopped, nothing records it again. STOPPED with no tasks is
     # shown before every worker has stopped its task (as in Connect), and a last poll may
     # still record the topic: reset until the reset sticks.
-    assert send("PUT", f"{a}/connectors/topical/stop").status_code == 202
+    assert send("PUT", f"{a}/connectors/topical/stop").status_code == 204
     wait_until(lambda: states(b, "topical") == ("STOPPED", []), 30, what="topical STOPPED")
 
     def reset_sticks() -> bool:

@@ -76,10 +76,15 @@ class ConnectRest:
         except httpx.TimeoutException:
             raise HerderError(
                 f"the worker at {self.url} did not answer {method} {path} "
-                f"within {REQUEST_TIMEOUT_S:g}s"
+                f"within {REQUEST_TIMEOUT_S:g}s; its GET /health and its log say what it is "
+                "busy with: try again once it is done"
             ) from None
         except httpx.HTTPError as exc:
-            raise HerderError(f"cannot reach a worker at {self.url}: {exc}") from None
+            raise HerderError(
+                f"cannot reach a worker at {self.url}: {exc}; start one with `herder worker "
+                "start --config worker.properties`, or pass --url (or set HERDER_URL) to the "
+                "REST API of one that runs"
+            ) from None
         content: Any = None
         if reply.content:
             try:

@@ -9,10 +9,10 @@ import click
 import msgspec
 
 from herder.cli.output import bootstrap_option, json_option, print_json, print_table
-from herder.ensemble.client import parse_bootstrap, server_status
+from herder.ensemble.client import NO_ENSEMBLE_ADVICE, parse_bootstrap, server_status
 from herder.ensemble.config import EnsembleConfig
 from herder.ensemble.txn import format_zxid
-from herder.errors import HerderError
+from herder.errors import ConfigError, HerderError
 
 
 @click.group()
@@ -36,10 +36,12 @@ def start(config_path: Path) -> None:
     from herder.ensemble.server import run_server
 
     props = resolve(load_properties(config_path))
-    server = ensemble_server(
-        EnsembleConfig.from_properties(props), CoordinatorConfig.from_properties(props)
-    )
-    asyncio.run(run_server(server))
+    try:
+        config = EnsembleConfig.from_properties(props)
+        coordinator = CoordinatorConfig.from_properties(props)
+    except ConfigError as exc:
+        raise ConfigError(f"{config_path}: {exc}") from None
+    asyncio.run(run_server(ensemble_server(config, coordinator)))
 
 
 @ensemble.command()
@@ -109,5 +111,5 @@ async def _statuses(bootstrap: str) -> list[dict[str, object]]:
         # every server knows every other's client address: show the whole ensemble
         queue.extend(p.client_address for p in st.peers if p.client_address)
     if all("error" in r for r in seen.values()):
-        raise HerderError(f"no ensemble server answered at {bootstrap}")
+        raise HerderError(f"no ensemble server answered at {bootstrap}; {NO_ENSEMBLE_ADVICE}")
     return sorted(seen.values(), key=lambda r: (r.get("server_id", 1 << 30), r["address"]))

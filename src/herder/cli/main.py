@@ -15,7 +15,7 @@ import sys
 import click
 
 from herder import __version__
-from herder.errors import HerderError
+from herder.errors import HerderError, with_advice
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except HerderError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {with_advice(exc)}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

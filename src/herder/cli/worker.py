@@ -25,6 +25,13 @@ def start(config_path: Path) -> None:
     """Run one worker until SIGTERM."""
     from herder.config import load_properties, resolve
     from herder.dataplane.execution import TaskExecutions
+    from herder.errors import ConfigError
     from herder.runtime.process import run_worker
+    from herder.runtime.worker_config import WorkerConfig
 
-    asyncio.run(run_worker(resolve(load_properties(config_path)), TaskExecutions))
+    props = resolve(load_properties(config_path))
+    try:
+        WorkerConfig.from_properties(props)
+    except ConfigError as exc:
+        raise ConfigError(f"{config_path}: {exc}") from None
+    asyncio.run(run_worker(props, TaskExecutions))

@@ -19,6 +19,7 @@ __all__ = [
     "CaseInsensitiveValidString",
     "Check",
     "NonEmptyString",
+    "NonEmptyStringWithoutControlChars",
     "Range",
     "ValidList",
     "ValidString",
@@ -126,6 +127,25 @@ class NonEmptyString:
     def __call__(self, name: str, value: Any, /) -> None:
         if isinstance(value, str) and not value:
             raise invalid_value(name, value, "String must be non-empty")
+
+
+@dataclass(frozen=True, slots=True)
+class NonEmptyStringWithoutControlChars:
+    """A string that is not empty and holds no control character (a connector's name)."""
+
+    def __call__(self, name: str, value: Any, /) -> None:
+        if not isinstance(value, str):
+            return
+        if not value:
+            raise invalid_value(name, value, "String may not be empty")
+        controls = [str(ord(c)) for c in value if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F]
+        if controls:
+            raise invalid_value(
+                name,
+                value,
+                "String may not contain control sequences but had the following ASCII "
+                f"chars: {', '.join(controls)}",
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,13 @@ Resp = TypeVar("Resp", bound=msgspec.Struct)
 _WRITES = {apis.TRANSACT.key, apis.CLOSE_SESSION.key}
 
 
+#: what to do when no ensemble server answers
+NO_ENSEMBLE_ADVICE = (
+    "start one with `herder ensemble start --config ensemble.properties`, or point "
+    "bootstrap.servers (--bootstrap on the command line) at one that runs"
+)
+
+
 def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
     """``"h1:p1,h2:p2"`` (or a list of ``host:port``) as (host, port) pairs."""
     items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
@@ -179,7 +186,7 @@ class EnsembleClient:
             if loop.time() >= deadline:
                 raise NetworkError(
                     f"no ensemble server of {self._bootstrap_text()} answered within "
-                    f"{self.give_up_after:.0f}s (last error: {last_error})"
+                    f"{self.give_up_after:.0f}s (last error: {last_error}); {NO_ENSEMBLE_ADVICE}"
                 )
             await asyncio.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, self.retry_backoff_max_ms / 1000)

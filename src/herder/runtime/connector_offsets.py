@@ -94,12 +94,20 @@ def _sink_offset(offset: Mapping[str, Any] | None) -> int | None:
     return _number(offset[KAFKA_OFFSET], "offset")
 
 
+#: the largest partition and offset Kafka's types hold (an int and a long)
+_LARGEST = {"partition": 2**31 - 1, "offset": 2**63 - 1}
+
+
 def _number(value: Any, what: str) -> int:
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         number = -1
-    if isinstance(value, bool) or number < 0 or (isinstance(value, float) and value != number):
+    if (
+        isinstance(value, bool)
+        or not 0 <= number <= _LARGEST[what]
+        or (isinstance(value, float) and value != number)
+    ):
         raise ConfigError(
             f"Kafka {what}s must be valid non-negative numbers. Invalid value for {what}: {value!r}"
         )

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from herder.errors import HerderError
+from herder.errors import ErrorCode, HerderError
 
 __all__ = ["LEVELS", "ROOT", "Loggers", "UnknownLevel"]
 
@@ -34,7 +34,11 @@ LEVELS: dict[str, int] = {
 
 
 class UnknownLevel(HerderError):
-    """A level name Connect does not know (REST 404, as Connect answers)."""
+    """A level name Connect does not know."""
+
+    code = ErrorCode.INVALID_CONFIG
+    http_status = 404  # as Connect answers it
+    advice = "use one of TRACE, DEBUG, INFO, WARN, ERROR, FATAL or OFF"
 
 
 def level_name(level: int) -> str:

@@ -32,7 +32,7 @@ from typing import Final
 from herder.config import ConfigDef, ConfigValue, Importance, Type
 from herder.connect import UNDEFINED_VERSION, Connector, ConnectorType
 from herder.connect.transforms import installed_predicates, installed_transformations
-from herder.errors import ConfigError, HerderError
+from herder.errors import ConfigError, ErrorCode, HerderError
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -59,7 +59,11 @@ def class_name(klass: type) -> str:
 
 
 class UnknownPlugin(HerderError):
-    """No plugin of that name (REST 404)."""
+    """No plugin of that name."""
+
+    code = ErrorCode.UNKNOWN_PLUGIN
+    http_status = 404
+    advice = "GET /connector-plugins lists the plugins this worker has"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +174,14 @@ class Plugins:
                 f"{name}, available connectors are: {available}"
             )
         return _as_connector(imported, name)
+
+    def type_of(self, name: str) -> ConnectorType:
+        """Whether the connector class ``name`` refers to is a source or a sink (UNKNOWN
+        when no such class is found: a connector's type is shown, never refused, here)."""
+        try:
+            return ConnectorType.of(self.connector_class(name))
+        except HerderError:
+            return ConnectorType.UNKNOWN
 
     def new_connector(self, name: str) -> Connector:
         """A fresh instance of the connector class ``name`` refers to."""

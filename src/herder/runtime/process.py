@@ -6,12 +6,13 @@ import asyncio
 import importlib
 import logging
 import signal
+import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import uvicorn
 
-from herder.errors import ConfigError
+from herder.errors import ConfigError, HerderError
 from herder.runtime.plugins import Plugins
 from herder.runtime.rest import build_app
 from herder.runtime.shell.herder import DistributedHerder
@@ -42,40 +43,63 @@ def load_execution_factory(
     return factory
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """The REST API's listening socket, bound before anything else starts: its port is
+    part of the worker's id (``host:port``), so it must be known first."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        raise ConfigError(
+            f"the REST API cannot listen on {host}:{port}: {exc.strerror or exc}; stop what "
+            "uses that port or choose another with rest.port (or listeners)"
+        ) from None
+
+
 class WorkerProcess:
     """Everything one ``herder worker start`` runs."""
 
     def __init__(self, props: Mapping[str, Any], executions: ExecutionsFor) -> None:
         self.config = WorkerConfig.from_properties(props)
-        self.herder = DistributedHerder(
-            self.config, Plugins.discover(), load_execution_factory(props, self.config, executions)
-        )
+        self.plugins = Plugins.discover()
+        self.executions = load_execution_factory(props, self.config, executions)
+        self._herder: DistributedHerder | None = None
+        #: set once the worker's group refused it for good: the process must stop
+        self.failed = asyncio.Event()
         self._server: uvicorn.Server | None = None
         self._serving: asyncio.Task[None] | None = None
         self.url = ""
 
+    @property
+    def herder(self) -> DistributedHerder:
+        if self._herder is None:
+            raise HerderError("the worker has not started: call start() first")
+        return self._herder
+
     async def start(self) -> None:
-        app = build_app(self.herder)
-        uv_config = uvicorn.Config(
-            app,
-            host=self.config.rest_host,
-            port=self.config.rest_port,
-            log_level="warning",
-            lifespan="off",
+        listener = _listen(self.config.rest_host, self.config.rest_port)
+        port = listener.getsockname()[1]
+        self.url = self.config.advertised_url(port)
+        self._herder = DistributedHerder(
+            self.config,
+            self.plugins,
+            self.executions,
+            worker_id=self.config.advertised_address(port),
+            on_failed=lambda _: self.failed.set(),
         )
+        uv_config = uvicorn.Config(build_app(self._herder), log_level="warning", lifespan="off")
         self._server = uvicorn.Server(uv_config)
-        self._serving = asyncio.create_task(self._server.serve())
+        self._serving = asyncio.create_task(self._server.serve(sockets=[listener]))
         while not self._server.started:
             if self._serving.done():
                 self._serving.result()
-                raise ConfigError(f"the REST API could not listen on port {self.config.rest_port}")
+                raise ConfigError(f"the REST API could not listen on port {port}")
             await asyncio.sleep(0.02)
-        port = self._server.servers[0].sockets[0].getsockname()[1]
-        self.url = self.config.advertised_url(port)
-        await self.herder.start(self.url)
+        await self._herder.start(self.url)
 
     async def stop(self) -> None:
-        await self.herder.stop()
+        if self._herder is not None:
+            await self._herder.stop()
         if self._server is not None:
             self._server.should_exit = True
         if self._serving is not None:
@@ -83,6 +107,9 @@ class WorkerProcess:
 
 
 async def run_worker(props: Mapping[str, Any], executions: ExecutionsFor) -> None:
+    """Run a worker until SIGTERM or SIGINT, or until its group refuses it for good
+    (then it stops, raising the cause: the process exits non-zero with it, as Connect's
+    worker exits when its herder thread dies)."""
     process = WorkerProcess(props, executions)
     await process.start()
     stop = asyncio.Event()
@@ -90,6 +117,12 @@ async def run_worker(props: Mapping[str, Any], executions: ExecutionsFor) -> Non
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print(f"worker {process.herder.worker_id} REST API at {process.url}", flush=True)
-    await stop.wait()
-    log.info("worker stopping on signal")
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(process.failed.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        wait.cancel()
+    failure = process.herder.failure
+    log.info("worker stopping %s", "on signal" if failure is None else "after a fatal error")
     await process.stop()
+    if failure is not None:
+        raise HerderError(f"worker {process.herder.worker_id} stopped: {failure}")

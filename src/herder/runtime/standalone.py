@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from herder.config import parse_properties
+from herder.connect import ConnectorType
 from herder.coordinator.config import PROPERTY_NAMES as COORDINATOR_PROPERTIES
 from herder.coordinator.config import CoordinatorConfig
 from herder.coordinator.server import ensemble_server
@@ -267,6 +268,8 @@ class StandaloneWorker:
         herder = self.worker.herder
         deadline = self._join_deadline()
         while not herder.is_leader:
+            if herder.failure is not None:
+                raise herder.failure
             if time.monotonic() >= deadline:
                 raise HerderError(
                     f"worker {herder.worker_id} did not join its group "
@@ -281,7 +284,13 @@ class StandaloneWorker:
         # Each new connector makes the worker rebalance, stopping what it started. Sinks
         # first: their tasks start no Spark job until there are records, so stopping them
         # is cheap, while a source task stopped during its first batch wastes that batch.
-        ordered = sorted(self.connectors, key=lambda c: herder.connector_type(c.config) != "sink")
+        ordered = sorted(
+            self.connectors,
+            key=lambda c: (
+                herder.plugins.type_of(c.config.get("connector.class", ""))
+                is not ConnectorType.SINK
+            ),
+        )
         for connector in ordered:
 
             async def existing(name: str = connector.name) -> dict[str, str] | None:
@@ -338,8 +347,16 @@ async def run_standalone(
         f"; connectors from files: {names}",
         flush=True,
     )
+    worker = standalone.worker
     try:
-        await stop.wait()
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(worker.failed.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
+        if worker.herder.failure is not None:
+            raise HerderError(
+                f"standalone worker {worker.herder.worker_id} stopped: {worker.herder.failure}"
+            )
         log.info("standalone worker stopping on signal")
     finally:
         await standalone.stop()

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from herder.config import ConfigDef, ConfigKey, ConfigValue, Importance, Range, Type, Width
-from herder.config.validators import NonEmptyString
+from herder.config.validators import NonEmptyStringWithoutControlChars
 from herder.connect import Connector, ConnectorType
 from herder.errors import ConfigError, HerderError
 from herder.runtime.plugins import Plugins, class_name
@@ -29,7 +29,8 @@ PREDICATES_GROUP = "Predicates"
 
 BASE_CONNECTOR_CONFIG = (
     ConfigDef()
-    .define("name", Type.STRING, validator=NonEmptyString(), importance=Importance.HIGH,
+    .define("name", Type.STRING, validator=NonEmptyStringWithoutControlChars(),
+            importance=Importance.HIGH,
             documentation="Globally unique name to use for this connector.",
             group=COMMON_GROUP, order_in_group=1, width=Width.MEDIUM,
             display_name="Connector name")

@@ -148,12 +148,18 @@ class WorkerConfig:
             connector_call_timeout_ms=v["connector.call.timeout.ms"],
         )
 
-    def advertised_url(self, bound_port: int) -> str:
+    def advertised_address(self, bound_port: int) -> str:
+        """``host:port`` other workers and clients reach this worker's REST API at
+        (``rest.advertised.host.name``/``rest.advertised.port``, else where it listens):
+        the worker's id in statuses, as in Connect."""
         host = self.advertised_host or self.rest_host
         if host in ("0.0.0.0", "::", ""):
             host = socket.gethostname() if self.rest_host not in ("0.0.0.0", "::") else "127.0.0.1"
         port = self.advertised_port if self.advertised_port > 0 else bound_port
-        return f"http://{host}:{port}"
+        return f"{host}:{port}"
+
+    def advertised_url(self, bound_port: int) -> str:
+        return f"http://{self.advertised_address(bound_port)}"
 
     def spark_properties(self) -> dict[str, str]:
         return {k: v for k, v in self.originals.items() if k.startswith("spark.")}

@@ -16,6 +16,7 @@ from herder.config import (
     Importance,
     InvalidConfiguration,
     NonEmptyString,
+    NonEmptyStringWithoutControlChars,
     Password,
     Range,
     Type,
@@ -147,6 +148,18 @@ def test_non_empty_string() -> None:
     NonEmptyString()("k", "x")
     with pytest.raises(ConfigError, match="String must be non-empty"):
         NonEmptyString()("k", "")
+
+
+def test_non_empty_string_without_control_chars_names_them_as_kafka_does() -> None:
+    NonEmptyStringWithoutControlChars()("name", "a connector \N{GRINNING FACE}")
+    with pytest.raises(ConfigError, match="String may not be empty"):
+        NonEmptyStringWithoutControlChars()("name", "")
+    with pytest.raises(
+        ConfigError,
+        match=r"String may not contain control sequences but had the following ASCII chars: "
+        r"7, 127, 133$",
+    ):
+        NonEmptyStringWithoutControlChars()("name", "a\u0007b\u007fc\u0085")
 
 
 def test_lambda_validators() -> None:

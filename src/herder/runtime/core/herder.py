@@ -607,14 +607,6 @@ class HerderCore:
         self.member_generation = None
         self._handling = None
 
-    def health(self) -> tuple[bool, str]:
-        """Whether this worker serves requests, and why not."""
-        if self.failure is not None:
-            return False, f"worker {self.worker_id} left its group for good: {self.failure}"
-        if self.assignment is None:
-            return False, "worker is not in the group yet (a rebalance is under way)"
-        return True, "Worker has completed startup and is ready to handle requests."
-
 
 def _starts_work(effect: Effect) -> bool:
     return isinstance(effect, (BeginGeneration, StartConnector, StartTask))

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -38,6 +37,7 @@ from herder.runtime.core import effects as fx
 from herder.runtime.core.admission import NotFound
 from herder.runtime.core.herder import HerderCore
 from herder.runtime.core.member import Generation
+from herder.runtime.group_failure import out_of_group
 from herder.runtime.loggers import Loggers
 from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import (
@@ -74,12 +74,15 @@ class DistributedHerder(HerderRequests):
         plugins: Plugins,
         execution_factory: ExecutionFactory,
         *,
-        worker_id: str | None = None,
+        worker_id: str,
         member_factory: Callable[..., GroupMember] = GroupMember,
+        on_failed: Callable[[HerderError], None] | None = None,
     ) -> None:
         self.config = config
         self.plugins = plugins
-        self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:8]}"
+        #: the advertised host:port of its REST API, as Connect's worker id
+        self.worker_id = worker_id
+        self._on_failed = on_failed
         self.url = ""
         self.client = EnsembleClient(
             config.bootstrap,
@@ -126,8 +129,6 @@ class DistributedHerder(HerderRequests):
         self._connector_starts: dict[str, asyncio.Task[bool]] = {}
         self._requests: RequestQueue[_Request] = RequestQueue()
         self._wake = asyncio.Event()
-        #: set when the group membership failed for good (:attr:`failure` says why)
-        self.failed = asyncio.Event()
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
         self._http = httpx.AsyncClient(timeout=30)
@@ -157,7 +158,17 @@ class DistributedHerder(HerderRequests):
         return self.core.failure
 
     def health(self) -> tuple[bool, str]:
-        return self.core.health()
+        """Whether this worker is in its group with an assignment; if not, why not."""
+        if self.failure is not None:
+            return False, f"Worker is out of its group for good and is stopping: {self.failure}"
+        if self._stopping:
+            return False, "Worker is stopping."
+        if self.core.assignment is None:
+            activity = self.current_activity()
+            if self.core.generation is None and self.core.member_generation is None:
+                return False, f"Worker is still starting up: it is {activity}."
+            return False, f"Worker is rebalancing: it is {activity}."
+        return True, "Worker has completed startup and is ready to handle requests."
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -167,9 +178,10 @@ class DistributedHerder(HerderRequests):
         # the loop's blocking calls on daemon threads: a hung filesystem call must not
         # keep a stopped worker's process alive
         asyncio.get_running_loop().set_default_executor(SharedExecutor(blocking_calls()))
-        await self.client.start()
-        for store in (self.configs, self.offsets, self.statuses):
-            await store.start()
+        with self._doing(f"connecting to the ensemble at {','.join(self.config.bootstrap)}"):
+            await self.client.start()
+            for store in (self.configs, self.offsets, self.statuses):
+                await store.start()
         self.member = self._member_factory(
             self.config.bootstrap,
             self.config.group_id,
@@ -222,7 +234,7 @@ class DistributedHerder(HerderRequests):
             await self.member.close(leave=True)
         for _, future in self._requests.drain():
             if not future.done():
-                future.set_exception(ServerStopping(f"worker {self.worker_id} is stopping"))
+                future.set_exception(ServerStopping(self._stopping_message))
         # before the connections it shares with the executions close under it
         await self.worker.close()
         for store in (self.configs, self.offsets, self.statuses):
@@ -256,15 +268,15 @@ class DistributedHerder(HerderRequests):
         self.core.assigned(generation, decode_assignment(data))
         self._wake.set()
 
-    def _member_failed(self, error: HerderError) -> None:
+    def _member_failed(self, cause: HerderError) -> None:
         """The membership ended for good: requests are refused with the cause from now on,
-        and :attr:`failed` tells the worker process to stop."""
-        log.error(
-            "worker %s: left group %s for good: %s", self.worker_id, self.config.group_id, error
-        )
-        self.core.member_failed(error)
-        self.failed.set()
+        and ``on_failed`` is told, so the worker process stops."""
+        failure = out_of_group(cause, self.config)
+        log.error("worker %s: %s", self.worker_id, failure)
+        self.core.member_failed(failure)
         self._wake.set()
+        if self._on_failed is not None:
+            self._on_failed(failure)
 
     def _config_updated(self, snapshot: ClusterConfigSnapshot) -> None:
         self.core.configs_read(snapshot)
@@ -539,10 +551,17 @@ class DistributedHerder(HerderRequests):
 
     # -- requests ---------------------------------------------------------------------
 
+    @property
+    def _stopping_message(self) -> str:
+        return (
+            f"worker {self.worker_id} is stopping; send the request to another worker of "
+            f"group {self.config.group_id}, or to this one once it has restarted"
+        )
+
     async def submit(self, action: Callable[[], Awaitable[T]], delay_s: float = 0.0) -> T:
         """Run ``action`` on the herder loop, after ``delay_s``, in order of arrival."""
         if self._stopping:
-            raise ServerStopping(f"worker {self.worker_id} is stopping")
+            raise ServerStopping(self._stopping_message)
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._requests.push((action, future), _now_ms(), int(delay_s * 1000))
         self._wake.set()

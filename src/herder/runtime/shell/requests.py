@@ -38,7 +38,7 @@ from herder.runtime.core.herder import HerderCore
 from herder.runtime.loggers import parse_level
 from herder.runtime.plugins import Plugins
 from herder.runtime.protocol import ConnectorTaskId
-from herder.runtime.status import State
+from herder.runtime.restart import RestartPlan
 from herder.runtime.stores import ConfigStore, StatusStore
 from herder.runtime.validation import ConfigInfos
 from herder.runtime.worker import Worker
@@ -97,30 +97,7 @@ class HerderRequests:
         except CheckFailed:
             raise self.core.write_refused() from None
 
-    # -- views ------------------------------------------------------------------------
-
-    def connector_names(self) -> list[str]:
-        return sorted(self.configs.snapshot().connectors)
-
-    def connector_info(self, name: str) -> dict[str, Any]:
-        snapshot = self.configs.snapshot()
-        config = snapshot.connector_config(name)
-        if config is None:
-            raise NotFound(f"Connector {name} not found")
-        return {
-            "name": name,
-            "config": config,
-            "tasks": [{"connector": t.connector, "task": t.task} for t in snapshot.tasks(name)],
-            "type": self.connector_type(config),
-        }
-
-    def connector_type(self, config: dict[str, str]) -> str:
-        try:
-            return ConnectorType.of(
-                self.plugins.connector_class(config.get("connector.class", ""))
-            ).value
-        except HerderError:
-            return "unknown"
+    # -- connector configs ------------------------------------------------------------
 
     async def put_connector_config(
         self,
@@ -129,8 +106,8 @@ class HerderRequests:
         *,
         allow_replace: bool,
         initial_state: TargetState | None = None,
-    ) -> tuple[bool, dict[str, Any]]:
-        """Create or update a connector (leader only). Returns (created, info).
+    ) -> bool:
+        """Create or update a connector (leader only); whether it was created.
 
         A new connector's ``initial_state`` is written before its config in the same
         transaction, so it never runs, even briefly, in a state it was not created in.
@@ -139,7 +116,7 @@ class HerderRequests:
         # connector code, with its deadline, before the herder loop takes the request
         await self.validate_connector_config(config)
 
-        async def action() -> tuple[bool, dict[str, Any]]:
+        async def action() -> bool:
             self.core.require_leader()
             await self.configs.read_to_end()
             exists = name in self.configs.snapshot()
@@ -151,13 +128,11 @@ class HerderRequests:
             records.append(connector_config_record(name, config))
             await self._write_configs(records)
             await self.configs.read_to_end()
-            return not exists, self.connector_info(name)
+            return not exists
 
         return await self.submit(action)
 
-    async def patch_connector_config(
-        self, name: str, patch: dict[str, str | None]
-    ) -> dict[str, Any]:
+    async def patch_connector_config(self, name: str, patch: dict[str, str | None]) -> None:
         """Merge ``patch`` into the connector's config (None removes a key); leader only."""
 
         def merge(current: dict[str, str]) -> dict[str, str]:
@@ -181,7 +156,7 @@ class HerderRequests:
         # goes through only if the config is still the one merged with
         await self.validate_connector_config(merge(base))
 
-        async def action() -> dict[str, Any]:
+        async def action() -> None:
             if await current() != base:
                 raise ConfigChanged(
                     f"Connector {name}'s config changed while the patch was validated; "
@@ -189,9 +164,8 @@ class HerderRequests:
                 )
             await self._write_configs([connector_config_record(name, merge(base))])
             await self.configs.read_to_end()
-            return self.connector_info(name)
 
-        return await self.submit(action)
+        await self.submit(action)
 
     async def validate_config(self, config: dict[str, str]) -> ConfigInfos:
         """Connect's validation of a connector config (``.../config/validate``): the
@@ -307,10 +281,10 @@ class HerderRequests:
 
         await self.submit(action)
 
-    async def restart_connector_and_tasks(self, request: RestartRequest) -> dict[str, Any]:
-        """Record ``request`` in ``_configs`` (leader only); returns the state it leads to."""
+    async def restart_connector_and_tasks(self, request: RestartRequest) -> RestartPlan:
+        """Record ``request`` in ``_configs`` (leader only); returns what it restarts."""
 
-        async def action() -> dict[str, Any]:
+        async def action() -> RestartPlan:
             self.core.require_leader()
             await self.configs.read_to_end()
             if request.connector not in self.configs.snapshot():
@@ -319,8 +293,7 @@ class HerderRequests:
             # the plan is made from every status written so far, not this worker's view
             # of them, which may lag another worker's latest writes
             await self.statuses.read_to_end()
-            plan = self.core.restart_plan(request)
-            return plan.state_info(self.connector_status(request.connector))
+            return self.core.restart_plan(request)
 
         return await self.submit(action)
 
@@ -330,7 +303,7 @@ class HerderRequests:
         config = self.configs.snapshot().connector_config(name)
         if config is None:
             raise NotFound(f"Connector {name} not found")
-        return ConnectorType(self.connector_type(config))
+        return self.plugins.type_of(config.get("connector.class", ""))
 
     async def connector_offsets_of(self, name: str) -> dict[str, Any]:
         """``GET /connectors/<name>/offsets``: the connector's committed offsets."""
@@ -394,49 +367,3 @@ class HerderRequests:
             )
 
         await self.submit(action)
-
-    def connector_status(self, name: str) -> dict[str, Any]:
-        snapshot = self.configs.snapshot()
-        config = snapshot.connector_config(name)
-        if config is None:
-            raise NotFound(f"No status found for connector {name}")
-        view = self.statuses.view
-        status = view.connector(name)
-        tasks = []
-        for task_id in snapshot.tasks(name):
-            tasks.append(self._task_status_json(task_id))
-        return {
-            "name": name,
-            "connector": {
-                "state": status.state.value if status else State.UNASSIGNED.value,
-                "worker_id": status.worker_id if status else "",
-                **({"trace": status.trace} if status and status.trace else {}),
-            },
-            "tasks": tasks,
-            "type": self.connector_type(config),
-        }
-
-    def _task_status_json(self, task_id: ConnectorTaskId) -> dict[str, Any]:
-        status = self.statuses.view.task(task_id)
-        return {
-            "id": task_id.task,
-            "state": status.state.value if status else State.UNASSIGNED.value,
-            "worker_id": status.worker_id if status else "",
-            **({"trace": status.trace} if status and status.trace else {}),
-        }
-
-    def task_status(self, name: str, task: int) -> dict[str, Any]:
-        snapshot = self.configs.snapshot()
-        task_id = ConnectorTaskId(name, task)
-        if name not in snapshot or task_id not in snapshot.tasks(name):
-            raise NotFound(f"No status found for task {name}-{task}")
-        return self._task_status_json(task_id)
-
-    def task_configs(self, name: str) -> list[dict[str, Any]]:
-        snapshot = self.configs.snapshot()
-        if name not in snapshot:
-            raise NotFound(f"Connector {name} not found")
-        return [
-            {"id": {"connector": t.connector, "task": t.task}, "config": snapshot.task_config(t)}
-            for t in snapshot.tasks(name)
-        ]

@@ -7,9 +7,11 @@ Connect's rules, kept so its clients and mixed clusters behave the same:
   naming the right worker's URL; the request is forwarded there with ``?forward=true``,
   which that worker may forward once more with ``?forward=false`` (the leader handing a
   restart on to the owner), and no further: at most two hops.
-* While no leader or owner is known (a rebalance is under way) the worker waits and
-  tries again instead of failing at once, so a user's write during a rebalance succeeds
-  once it ends; only after ``LEADER_WAIT_S`` does it answer 409.
+* While no leader or owner is known because the group is rebalancing, the worker waits
+  and tries again instead of failing at once, so a user's write during a rebalance
+  succeeds once it ends; only after ``LEADER_WAIT_S`` does it answer 409.
+* A worker outside its group (still starting, or out of it for good after a fatal
+  group error) waits for nothing: it answers 409 at once, naming why.
 * A request that cannot finish within the request timeout (90 s, as Connect) answers 500
   naming what the worker was doing meanwhile.
 """
@@ -20,19 +22,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
-from herder.errors import ConfigError, HerderError, RebalanceInProgress, ServerStopping
-from herder.runtime.core.admission import AlreadyExists, ConfigChanged, NotFound, WrongWorker
-from herder.runtime.loggers import UnknownLevel
-from herder.runtime.plugins import UnknownPlugin
+from herder.errors import HerderError, RebalanceInProgress
+from herder.runtime.core.admission import WrongWorker
+from herder.runtime.rest.errors import Conflict
+from herder.runtime.rest.responses import JsonReply
 from herder.runtime.shell.herder import DistributedHerder
 
-__all__ = ["Conflict", "Forbidden", "RequestRouter", "error_response", "status_of"]
+__all__ = ["RequestRouter", "reply"]
 
 log = logging.getLogger(__name__)
 
@@ -42,33 +44,17 @@ T = TypeVar("T")
 LEADER_WAIT_S = 30.0
 RETRY_INTERVAL_S = 0.25
 FORWARD = "forward"
+#: Connect's words for a request no leader is known for
+NO_LEADER = "Cannot complete request momentarily due to no known leader URL"
 
 
-class Conflict(HerderError):
-    """REST 409: the request cannot be carried out now (a rebalance, or a lost race)."""
-
-
-class Forbidden(HerderError):
-    """REST 403: the worker is configured not to allow this."""
-
-
-def status_of(exc: HerderError) -> int:
-    if isinstance(exc, (NotFound, UnknownPlugin, UnknownLevel)):
-        return 404
-    if isinstance(exc, (AlreadyExists, ConfigChanged, Conflict, WrongWorker, RebalanceInProgress)):
-        return 409
-    if isinstance(exc, ConfigError):
-        return 400
-    if isinstance(exc, Forbidden):
-        return 403
-    if isinstance(exc, ServerStopping):
-        return 503
-    return 500
-
-
-def error_response(status: int, message: str) -> JSONResponse:
-    """Connect's ErrorMessage body."""
-    return JSONResponse(status_code=status, content={"error_code": status, "message": message})
+def reply(result: Any, status: int, body: bool = True) -> Response:
+    """``result`` as a response of ``status``, unless it is a forwarded reply already."""
+    if isinstance(result, Response):
+        return result
+    if not body:
+        return Response(status_code=status)
+    return JsonReply(status_code=status, content=result)
 
 
 def _forward_flag(request: Request) -> bool | None:
@@ -97,11 +83,31 @@ class RequestRouter:
         except TimeoutError:
             activity = self.herder.current_activity()
             log.warning("a REST request timed out; the worker is %s", activity)
-            raise HerderError(f"Request timed out. The worker is currently {activity}") from None
+            raise HerderError(
+                f"Request timed out. The worker is currently {activity}. Try again once it "
+                "is done; its log says why that takes long"
+            ) from None
 
     async def route(self, request: Request, action: Callable[[], Awaitable[T]]) -> T | Response:
         """Run ``action`` here, or forward ``request`` to the worker it belongs to."""
+        self.refuse_outside_group()
         return await self.within_timeout(self._route(request, action))
+
+    def refuse_outside_group(self) -> None:
+        """Answer at once for a worker no rebalance will bring a leader to."""
+        herder = self.herder
+        group = herder.config.group_id
+        if herder.failure is not None:
+            raise Conflict(
+                f"{NO_LEADER}: worker {herder.worker_id} is out of its group {group} for good "
+                f"and is stopping ({herder.failure}). Send the request to another worker of "
+                "the group"
+            )
+        if herder.member is None:
+            raise Conflict(
+                f"{NO_LEADER}: worker {herder.worker_id} has not joined its group {group} "
+                "yet (it is still starting). Try again once GET /health answers 200"
+            )
 
     async def _route(self, request: Request, action: Callable[[], Awaitable[T]]) -> T | Response:
         forward = _forward_flag(request)
@@ -115,16 +121,17 @@ class RequestRouter:
                     if forward is False:
                         raise Conflict(
                             "Cannot complete request because of a conflicting operation "
-                            "(e.g. worker rebalance)"
+                            "(e.g. worker rebalance). Try again once the rebalance is over"
                         ) from None
-                    reply = await self._forward(request, target, again=forward is None)
-                    if reply is not None:
-                        return reply
+                    forwarded = await self._forward(request, target, again=forward is None)
+                    if forwarded is not None:
+                        return forwarded
                     # that worker is gone (the group will notice): as if none were known
+                self.refuse_outside_group()
                 if time.monotonic() >= deadline:
                     raise Conflict(
-                        "Cannot complete request momentarily due to no known leader URL, "
-                        "likely because a rebalance was underway."
+                        f"{NO_LEADER}, likely because a rebalance was underway. Try again "
+                        "once it is over (GET /health answers 200)"
                     ) from None
                 await asyncio.sleep(RETRY_INTERVAL_S)
 
@@ -137,7 +144,7 @@ class RequestRouter:
         url = f"{target.rstrip('/')}{request.url.path}"
         log.debug("forwarding %s %s to %s", request.method, request.url.path, target)
         try:
-            reply = await self.http.request(
+            answer = await self.http.request(
                 request.method,
                 url,
                 params=params,
@@ -148,9 +155,12 @@ class RequestRouter:
             log.info("could not reach %s to forward a request (%s); retrying", target, exc)
             return None
         except httpx.HTTPError as exc:
-            raise Conflict(f"could not forward the request to {target}: {exc!r}") from None
+            raise Conflict(
+                f"could not forward the request to {target}: {exc!r}. Try again; if this "
+                "persists, check that worker's log"
+            ) from None
         return Response(
-            content=reply.content,
-            status_code=reply.status_code,
-            media_type=reply.headers.get("content-type"),
+            content=answer.content,
+            status_code=answer.status_code,
+            media_type=answer.headers.get("content-type"),
         )
