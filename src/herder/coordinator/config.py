@@ -32,7 +32,10 @@ class CoordinatorConfig:
     generation may wait in a rebalance before it is dropped (Kafka's
     ``NewMemberJoinTimeoutMs``, KIP-394): a client that gave up on its JoinGroup and
     went away must not hold the rebalance, or the group's size, for the whole rebalance
-    timeout. Kafka fixes it at 5 minutes; herder lets it be set.
+    timeout. Kafka fixes it at 5 minutes; herder lets it be set, but it must stay well
+    above the members' heartbeat intervals: the members already in the group learn of
+    the rebalance a newcomer starts from a heartbeat answer, and a newcomer that expires
+    before they rejoin never gets in.
     """
 
     group_min_session_timeout_ms: int = 6_000

@@ -201,10 +201,7 @@ class GroupCoordinator:
             self._groups[group_id] = group
             self._unloaded.discard(group_id)
             self._rebalancer.start_sessions(group)
-            limit = self.config.group_max_size
-            if len(group.members) > limit:
-                reason = f"loaded with {len(group.members)} members, over group.max.size {limit}"
-                self._rebalancer.maybe_prepare_rebalance(group, reason)
+            self._rebalancer.rebalance_if_over_capacity(group)
             log.info(
                 "loaded group %s: %s, generation %d, %d members, %d offsets",
                 group_id,

@@ -170,6 +170,14 @@ class Rebalancer:
             )
             self.remove_member(group, member, ErrorCode.GROUP_MAX_SIZE_REACHED)
 
+    def rebalance_if_over_capacity(self, group: Group) -> None:
+        """A group with more members than ``group.max.size`` (loaded so, after the limit
+        was lowered) rebalances, so that its last joiners can be refused."""
+        limit = self._ctx.config.group_max_size
+        if len(group.members) > limit:
+            reason = f"{len(group.members)} members, over group.max.size {limit}"
+            self.maybe_prepare_rebalance(group, reason)
+
     def _store_empty_group(self, group: Group) -> None:
         record = group.to_record({}, self._ctx.now_ms)
 
