@@ -11,12 +11,20 @@ Events: ``started``; ``joined`` (member id, generation, leader, this member's
 assignment) after every successful sync; ``revoked`` (the assignment given up) before
 every rejoin that follows one; ``left`` after leaving the group on SIGTERM or SIGINT;
 ``error`` when the membership fails for good (then the exit status is 1).
+
+With ``--instance-id`` the member is static (KIP-345): it names its group instance id
+on every request, and on SIGTERM or SIGINT it stops *without* leaving (``stopped``
+instead of ``left``), as Kafka's consumer does, so that a new process with the same
+instance id started within the session timeout takes its place, and its assignment,
+without a rebalance. A process whose instance id was taken over by another fails with
+FENCED_INSTANCE_ID.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import signal
 import time
@@ -24,9 +32,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import click
+import msgspec
 
 from herder.cli.output import bootstrap_option, print_json, text_or_base64
+from herder.coordinator import apis
+from herder.coordinator import messages as m
 from herder.coordinator.client import Generation, GroupMember
+from herder.errors import UnsupportedVersion
+from herder.wire import Api
 
 #: how often the main loop looks for a failed membership while waiting for a signal
 _FAILURE_POLL_S = 0.1
@@ -46,13 +59,58 @@ def round_robin(resources: list[str], member_ids: list[str]) -> dict[str, list[s
     return assignment
 
 
+#: the requests that name a static member's group instance id
+_NAMES_INSTANCE = (
+    m.JoinGroupRequest,
+    m.SyncGroupRequest,
+    m.HeartbeatRequest,
+    m.OffsetCommitRequest,
+)
+
+
+class StaticGroupMember(GroupMember):
+    """A :class:`GroupMember` that is a static member: every JoinGroup, SyncGroup,
+    Heartbeat and OffsetCommit it sends names ``group_instance_id``.
+
+    The group member client has no such setting of its own yet, so the id is put into
+    each request on its way out. A coordinator that does not speak version 1 of
+    JoinGroup would ignore the id and treat the member as dynamic: that is refused.
+    """
+
+    def __init__(self, *args: Any, group_instance_id: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.group_instance_id = group_instance_id
+
+    async def _send(self, api: Api[Any, Any], body: msgspec.Struct, timeout: float) -> Any:
+        if isinstance(body, _NAMES_INSTANCE):
+            wire = await self._find_coordinator()
+            if wire.versions.get(apis.JOIN_GROUP.key, 0) < 1:
+                raise UnsupportedVersion(
+                    f"the coordinator at {wire.address} does not know static members "
+                    "(it needs JoinGroup version 1); run without --instance-id"
+                )
+            body = msgspec.structs.replace(body, group_instance_id=self.group_instance_id)
+        return await super()._send(api, body, timeout)
+
+
 class VerifiableMember:
     """One :class:`GroupMember` whose callbacks print events; the leader assigns."""
 
-    def __init__(self, protocol: str, resources: list[str], **member_args: Any) -> None:
+    def __init__(
+        self,
+        protocol: str,
+        resources: list[str],
+        *,
+        instance_id: str | None = None,
+        **member_args: Any,
+    ) -> None:
         self.protocol = protocol
         self.resources = resources
-        self.member = GroupMember(
+        self.instance_id = instance_id
+        member_class: Any = GroupMember
+        if instance_id is not None:
+            member_class = functools.partial(StaticGroupMember, group_instance_id=instance_id)
+        self.member = member_class(
             protocols=self._protocols,
             assign=self._assign,
             on_assigned=self._on_assigned,
@@ -96,6 +154,7 @@ class VerifiableMember:
         self.assignment = assignment if isinstance(assignment, list) else [assignment]
         self.emit(
             "joined",
+            instance_id=self.instance_id,
             member_id=generation.member_id,
             generation=generation.generation_id,
             leader=generation.leader_id,
@@ -134,6 +193,7 @@ class VerifiableMember:
             self.emit(
                 "started",
                 group=self.member.group_id,
+                instance_id=self.instance_id,
                 client_id=self.member.client_id,
                 protocol=self.protocol,
                 resources=self.resources,
@@ -149,12 +209,15 @@ class VerifiableMember:
                 raise failure
             member_id = self.member.member_id
             if self.generation is not None and self.assignment:
-                # leaving gives the assignment up, as a rebalance would
+                # stopping gives the assignment up here, as a rebalance would
                 await self._on_revoked()
-            await self.member.close(leave=True)
+            # a static member keeps its place for the next process with its instance id
+            leave = self.instance_id is None
+            await self.member.close(leave=leave)
             self.emit(
-                "left",
+                "left" if leave else "stopped",
                 member_id=member_id,
+                instance_id=self.instance_id,
                 generation=self.generation.generation_id if self.generation else None,
             )
         finally:
@@ -178,6 +241,13 @@ class VerifiableMember:
 )
 @click.option(
     "--client-id", default="herder-verifiable", show_default=True, help="Shown by describe."
+)
+@click.option(
+    "--instance-id",
+    default=None,
+    help="Be a static member with this group.instance.id: a restart within the session "
+    "timeout gets the same place and assignment back without a rebalance, and SIGTERM "
+    "stops without leaving the group.",
 )
 @click.option(
     "--session-timeout-ms",
@@ -207,6 +277,7 @@ def member(
     resources: str,
     protocol_type: str,
     client_id: str,
+    instance_id: str | None,
     session_timeout_ms: int,
     rebalance_timeout_ms: int,
     heartbeat_interval_ms: int,
@@ -214,12 +285,15 @@ def member(
 ) -> None:
     """Join --group, print one JSON line per event until SIGTERM, then leave and exit 0.
 
-    Events: started, joined (member_id, generation, leader, assignment), revoked, left,
-    error. Every line has "event" and "timestamp" (epoch milliseconds).
+    Events: started, joined (member_id, generation, leader, assignment), revoked, left
+    (stopped, for a static member, which does not leave), error. Every line has "event"
+    and "timestamp" (epoch milliseconds).
     """
     names = [r.strip() for r in resources.split(",") if r.strip()]
     if not names:
         raise click.BadParameter("name at least one resource", param_hint="--resources")
+    if instance_id is not None and not instance_id.strip():
+        raise click.BadParameter("must not be empty", param_hint="--instance-id")
     if heartbeat_interval_ms >= session_timeout_ms:
         raise click.BadParameter(
             "must be below --session-timeout-ms", param_hint="--heartbeat-interval-ms"
@@ -227,6 +301,7 @@ def member(
     client = VerifiableMember(
         protocol,
         names,
+        instance_id=instance_id,
         bootstrap=bootstrap,
         group_id=group_id,
         protocol_type=protocol_type,
