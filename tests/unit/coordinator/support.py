@@ -16,6 +16,7 @@ from herder.coordinator import (
     GroupStore,
     StoreCallback,
     TopicPartition,
+    collect_groups,
 )
 from herder.coordinator.messages import (
     DeleteGroupsRequest,
@@ -407,3 +408,14 @@ class Harness:
             assert reply.error == ErrorCode.NONE, reply.value
             result[member] = reply.value.assignment
         return result
+
+
+def loaded_copy(h: Harness, now_ms: int) -> tuple[GroupCoordinator, FakeStore]:
+    """A second coordinator that loads what the first one stored (a new ensemble leader)."""
+    store = FakeStore()
+    coordinator = GroupCoordinator(store, random=Random(1))
+    coordinator.begin_loading(now_ms)
+    for stored in collect_groups(h.store.groups_log).values():
+        coordinator.load_group(stored.group_id, stored.record, stored.offsets, now_ms)
+    coordinator.finish_loading(now_ms)
+    return coordinator, store

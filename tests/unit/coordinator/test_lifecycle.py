@@ -24,7 +24,7 @@ from herder.coordinator.messages import (
 )
 from herder.errors import ErrorCode
 
-from .support import REBALANCE_MS, SESSION_MS, FakeStore, Harness, Reply
+from .support import REBALANCE_MS, SESSION_MS, FakeStore, Harness, Reply, loaded_copy
 
 pytestmark = pytest.mark.unit
 
@@ -112,17 +112,6 @@ def test_the_group_with_the_empty_id_keeps_offsets_across_a_reload_and_can_be_de
     assert [(o.topic, o.partition, o.offset) for o in fetch.value.offsets] == [("t", 0, 7)]
     assert h.delete("").error == ErrorCode.NONE
     assert h.fetched("") == {} and h.coordinator.group("") is None
-
-
-def loaded_copy(h: Harness, now_ms: int) -> tuple[GroupCoordinator, FakeStore]:
-    """A second coordinator that loads what the first one stored (a new ensemble leader)."""
-    store = FakeStore()
-    coordinator = GroupCoordinator(store, random=Random(1))
-    coordinator.begin_loading(now_ms)
-    for stored in collect_groups(h.store.groups_log).values():
-        coordinator.load_group(stored.group_id, stored.record, stored.offsets, now_ms)
-    coordinator.finish_loading(now_ms)
-    return coordinator, store
 
 
 def test_a_loaded_group_is_stable_with_its_members_assignments_and_offsets() -> None:

@@ -18,8 +18,7 @@ from herder.coordinator.messages import JoinGroupResponse
 from herder.coordinator.records import GroupRecord, decode_groups_value
 from herder.errors import ErrorCode
 
-from .support import REBALANCE_MS, SESSION_MS, FormedGroup, Harness, Reply
-from .test_lifecycle import loaded_copy
+from .support import REBALANCE_MS, SESSION_MS, FormedGroup, Harness, Reply, loaded_copy
 
 pytestmark = pytest.mark.unit
 
