@@ -1,7 +1,10 @@
-"""How fast the group coordinator forms a group, and re-forms it after a crash.
+"""How fast the group coordinator forms a group, re-forms it after a crash, and how a
+rolling restart of static members compares with one of dynamic members.
 
     python bench/rebalance.py [--members 10,100,500] [--client-processes 2]
                               [--session-timeout-ms 6000] [--heartbeat-interval-ms 1000]
+                              [--rolling-members 5] [--rolling-session-timeout-ms 10000]
+                              [--only-rolling]
 
 The benchmark starts its own ensemble server (127.0.0.1, a free port, a temporary
 ``dataDir``, ``group.initial.rebalance.delay.ms=0``, and ``maxClientCnxns=0`` because
@@ -23,6 +26,22 @@ every member is a connection from 127.0.0.1) and, for each group size N:
   coordinator's session clock started at the victim's last heartbeat, up to one
   heartbeat interval before the kill, so ``first_revocation_after_s`` (when the first
   survivor gave its assignment up) may be a little under the session timeout.
+
+* **rolling restart** (``--rolling-members`` M, 0 skips it): M real ``herder
+  verifiable member`` processes (each a process of its own, the leader assigning 2M
+  resources round-robin) form a group; then each in turn gets SIGTERM and, once it has
+  exited, a new process is started in its place, and the next restart waits until the
+  group has settled again (every process holding an assignment in one generation,
+  disjoint and covering, for ``--settle`` seconds). Done once with static members
+  (``--instance-id member-<i>``: a stopped process does not leave, its successor takes
+  its place over) and once with dynamic ones (a stopped process leaves, its successor
+  joins as a new member), with a session timeout of ``--rolling-session-timeout-ms``.
+  ``rebalances`` is how many generations the coordinator went through (goal for static
+  members: 0), ``revocations`` how many times a process gave its assignment up because
+  of a rebalance (not its own stop), ``seconds`` the whole rolling restart, and
+  ``per_restart_s`` and ``member_out_s`` (from a process's SIGTERM until its successor
+  holds an assignment) the min/median/max of each restart; ``static_vs_dynamic`` puts
+  the two side by side.
 
 Timestamps are ``time.monotonic()`` taken in the client processes when ``on_assigned``
 and ``on_revoked`` run (one clock for every process on Linux). Each phase also reports
@@ -408,6 +427,202 @@ async def _wait_empty(bootstrap: str, group_id: str, timeout: float = 30.0) -> N
         await admin.close()
 
 
+# -- a rolling restart of real member processes ------------------------------------------
+
+
+def _member_events(service: _procs.Service) -> list[dict[str, Any]]:
+    """The JSON event lines a ``herder verifiable member`` printed so far."""
+    found = []
+    for line in service.log_since(0).splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict) and "event" in event:
+                    found.append(event)
+    return found
+
+
+class RollingGroup:
+    """M ``herder verifiable member`` processes of one group, restarted one at a time."""
+
+    def __init__(
+        self, services: _procs.Services, bootstrap: str, static: bool, settings: Settings
+    ) -> None:
+        self.services = services
+        self.bootstrap = bootstrap
+        self.static = static
+        self.settings = settings
+        self.kind = "static" if static else "dynamic"
+        self.group_id = f"rolling-{self.kind}"
+        self.resources = [f"r{i}" for i in range(2 * settings.rolling_members)]
+        self.current: list[_procs.Service] = []
+        #: when each process was told to stop, in epoch milliseconds, as its events count
+        self.stopped_at: dict[str, int] = {}
+        self.every: list[_procs.Service] = []
+        self._started = 0
+
+    def start(self, index: int) -> _procs.Service:
+        settings = self.settings
+        static = ["--instance-id", f"member-{index}"] if self.static else []
+        self._started += 1
+        service = self.services.start(
+            f"{self.group_id}-{index}-{self._started}",
+            [
+                sys.executable,
+                *("-m", "herder", "verifiable", "member", *static),
+                *("--group", self.group_id, "--protocol", PROTOCOL),
+                *("--protocol-type", PROTOCOL_TYPE, "--resources", ",".join(self.resources)),
+                *("--client-id", f"rolling-{index}"),
+                *("--session-timeout-ms", str(settings.rolling_session_timeout_ms)),
+                *("--rebalance-timeout-ms", str(settings.rebalance_timeout_ms)),
+                *("--heartbeat-interval-ms", str(settings.heartbeat_interval_ms)),
+                *("--bootstrap", self.bootstrap),
+            ],
+        )
+        self.every.append(service)
+        return service
+
+    def settled(self) -> tuple[int, float] | None:
+        """(generation, when its last process took its assignment, epoch s) once every
+        current process holds an assignment of one generation, disjoint and covering."""
+        latest = []
+        for service in self.current:
+            service.check_alive()
+            events = _member_events(service)
+            if not events or events[-1]["event"] != "joined":
+                return None
+            latest.append(events[-1])
+        if len({event["generation"] for event in latest}) != 1:
+            return None
+        if sorted(r for event in latest for r in event["assignment"]) != sorted(self.resources):
+            return None
+        return latest[0]["generation"], max(event["timestamp"] for event in latest) / 1000
+
+    def wait_settled(self, what: str) -> tuple[int, float]:
+        settings = self.settings
+        deadline = time.monotonic() + settings.phase_timeout_s
+        while time.monotonic() < deadline:
+            found = self.settled()
+            if found is None:
+                time.sleep(0.05)
+                continue
+            quiet_until = time.monotonic() + settings.settle_s
+            while time.monotonic() < quiet_until and self.settled() == found:
+                time.sleep(0.05)
+            if self.settled() == found:
+                return found
+        raise TimeoutError(f"{self.kind} {what}: not settled after {settings.phase_timeout_s:.0f}s")
+
+    def stop(self, service: _procs.Service) -> int | None:
+        # the events' timestamps are whole milliseconds: so is the moment of the stop
+        self.stopped_at.setdefault(service.name, int(time.time() * 1000))
+        return service.stop()
+
+    def revocations(self, since_ms: int) -> int:
+        """Assignments given up from ``since_ms`` (epoch ms) on because of a rebalance,
+        not because the process itself was stopped."""
+        count = 0
+        for service in self.every:
+            stopped = self.stopped_at.get(service.name, 2**63)
+            count += sum(
+                1
+                for event in _member_events(service)
+                if event["event"] == "revoked" and since_ms <= event["timestamp"] < stopped
+            )
+        return count
+
+    def stop_all(self) -> None:
+        for service in self.current:
+            self.stop(service)
+
+
+async def _generation(bootstrap: str, group_id: str) -> int:
+    admin = CoordinatorClient(bootstrap)
+    try:
+        reply = await admin.request(
+            apis.DESCRIBE_GROUPS, m.DescribeGroupsRequest(group_ids=[group_id])
+        )
+        return reply.groups[0].generation_id
+    finally:
+        await admin.close()
+
+
+def measure_rolling_restart(
+    services: _procs.Services, bootstrap: str, server_pid: int, static: bool, settings: Settings
+) -> dict[str, Any]:
+    """Restart every member of a settled group in turn; count rebalances and time it."""
+    group = RollingGroup(services, bootstrap, static, settings)
+    size = settings.rolling_members
+    try:
+        group.current = [group.start(i) for i in range(size)]
+        group.wait_settled("group forming")
+        before = asyncio.run(_generation(bootstrap, group.group_id))
+        server_cpu = _procs.cpu_seconds(server_pid)
+        started = time.time()
+        per_restart, member_out = [], []
+        for index in range(size):
+            old = group.current[index]
+            stop_sent = time.time()
+            status = group.stop(old)
+            if status != 0:
+                raise RuntimeError(f"{old.name} exited with status {status}:\n{old.log_tail()}")
+            new = group.current[index] = group.start(index)
+            _, settled_at = group.wait_settled(f"restart of member {index}")
+            joined = [e for e in _member_events(new) if e["event"] == "joined"]
+            member_out.append(joined[0]["timestamp"] / 1000 - stop_sent)
+            per_restart.append(settled_at - stop_sent)
+            _procs.progress(
+                f"rolling restart ({group.kind}): member {index} back after {per_restart[-1]:.2f}s"
+            )
+        after = asyncio.run(_generation(bootstrap, group.group_id))
+        figures = {
+            "members": size,
+            "rebalances": after - before,
+            "generation_before": before,
+            "generation_after": after,
+            "revocations": group.revocations(since_ms=int(started * 1000)),
+            "seconds": round(settled_at - started, 3),
+            "per_restart_s": _procs.spread(per_restart),
+            "member_out_s": _procs.spread(member_out),
+            "server_cpu_s": round(_procs.cpu_seconds(server_pid) - server_cpu, 2),
+        }
+        _procs.progress(f"rolling restart ({group.kind}): {figures}")
+        return figures
+    finally:
+        group.stop_all()
+
+
+def rolling_restarts(
+    services: _procs.Services, bootstrap: str, server_pid: int, settings: Settings
+) -> tuple[dict[str, Any], int]:
+    """The same rolling restart of static members, then of dynamic ones, side by side."""
+    figures: dict[str, Any] = {
+        "members": settings.rolling_members,
+        "session_timeout_ms": settings.rolling_session_timeout_ms,
+    }
+    status = 0
+    for static in (True, False):
+        kind = "static" if static else "dynamic"
+        try:
+            figures[kind] = measure_rolling_restart(
+                services, bootstrap, server_pid, static, settings
+            )
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            _procs.progress(f"rolling restart of {kind} members failed: {error}")
+            figures[kind] = {"error": error}
+            status = 1
+    static_figures, dynamic_figures = figures["static"], figures["dynamic"]
+    if "error" not in static_figures and "error" not in dynamic_figures:
+        figures["static_vs_dynamic"] = {
+            "rebalances": [static_figures["rebalances"], dynamic_figures["rebalances"]],
+            "revocations": [static_figures["revocations"], dynamic_figures["revocations"]],
+            "seconds": [static_figures["seconds"], dynamic_figures["seconds"]],
+            "seconds_ratio": _procs.ratio(static_figures["seconds"], dynamic_figures["seconds"]),
+        }
+    return figures, status
+
+
 # -- the server -------------------------------------------------------------------------
 
 
@@ -445,6 +660,8 @@ class Settings:
     settle_s: float
     phase_timeout_s: float
     tick_time_ms: int
+    rolling_members: int = 5
+    rolling_session_timeout_ms: int = 10_000
 
     @property
     def timing(self) -> Timing:
@@ -498,6 +715,11 @@ def run(settings: Settings, tmp_dir: str | None) -> tuple[dict[str, Any], int]:
                     figures["results"].append({"members": size, "error": error})
                     status = 1
                 server.check_alive()
+            if settings.rolling_members:
+                rolling, failed = rolling_restarts(services, bootstrap, server.pid, settings)
+                figures["rolling_restart"] = rolling
+                status = status or failed
+                server.check_alive()
             figures["server_cpu_s_total"] = round(_procs.cpu_seconds(server.pid), 2)
     return figures, status
 
@@ -530,6 +752,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="give up on one phase after this many seconds (default 90)",
     )
     parser.add_argument("--tick-time-ms", type=int, default=2000, help="the server's tickTime")
+    parser.add_argument(
+        "--rolling-members",
+        type=int,
+        default=5,
+        help="member processes restarted one by one, static then dynamic (default 5; 0 skips)",
+    )
+    parser.add_argument(
+        "--rolling-session-timeout-ms",
+        type=int,
+        default=10_000,
+        help="the rolling restart's session timeout: above a process's start-up time",
+    )
+    parser.add_argument(
+        "--only-rolling", action="store_true", help="skip the join and crash measurements"
+    )
     parser.add_argument("--tmp-dir", default=None, help="where the data directory goes")
     parser.add_argument("--pretty", action="store_true", help="indent the JSON")
     args = parser.parse_args(argv)
@@ -537,8 +774,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.member_counts = tuple(int(n) for n in args.members.split(",") if n.strip())
     except ValueError:
         parser.error("--members takes integers, e.g. 10,100,500")
-    if not args.member_counts or min(args.member_counts) < 2:
+    if args.only_rolling:
+        args.member_counts = ()
+    elif not args.member_counts or min(args.member_counts) < 2:
         parser.error("--members: every group needs at least 2 members (one is killed)")
+    if args.rolling_members < 0 or (args.only_rolling and not args.rolling_members):
+        parser.error("--rolling-members must be positive (or 0 without --only-rolling)")
+    if args.rolling_session_timeout_ms <= args.heartbeat_interval_ms:
+        parser.error("--rolling-session-timeout-ms must be above --heartbeat-interval-ms")
     if args.client_processes < 1:
         parser.error("--client-processes must be at least 1")
     if not 0 < args.heartbeat_interval_ms < args.session_timeout_ms:
@@ -559,6 +802,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settle_s=args.settle,
         phase_timeout_s=args.phase_timeout,
         tick_time_ms=args.tick_time_ms,
+        rolling_members=args.rolling_members,
+        rolling_session_timeout_ms=args.rolling_session_timeout_ms,
     )
     return _procs.run_and_report(lambda: run(settings, args.tmp_dir), pretty=args.pretty)
 

@@ -44,6 +44,7 @@ class ErrorCode(IntEnum):
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
     FENCED = 90  # Kafka's PRODUCER_FENCED: a newer incarnation holds the epoch
     # herder's own
     CHECK_FAILED = 1000
@@ -221,6 +222,16 @@ class MemberIdRequired(HerderError):
 
 class GroupMaxSizeReached(HerderError):
     code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+class FencedInstanceId(HerderError):
+    """Another process joined with this member's ``group.instance.id`` and replaced it.
+
+    Not retriable: two processes share one static identity, and the one told so must
+    stop rather than fight over it (give each process its own instance id).
+    """
+
+    code = ErrorCode.FENCED_INSTANCE_ID
 
 
 class Fenced(HerderError):

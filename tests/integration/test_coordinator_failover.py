@@ -138,3 +138,78 @@ def test_a_session_shorter_than_a_leader_change_is_refused_with_the_reason(
             await admin.close()
 
     asyncio.run(scenario())
+
+
+def static_member(bootstrap: str, instance_id: str) -> GroupMember:
+    return GroupMember(
+        bootstrap,
+        "static",
+        group_instance_id=instance_id,
+        protocol_type="test",
+        protocols=lambda: [("rr", b"")],
+        assign=round_robin,
+        on_assigned=_nothing,
+        session_timeout_ms=15_000,
+        rebalance_timeout_ms=10_000,
+        heartbeat_interval_ms=300,
+    )
+
+
+async def described(bootstrap: str, group_id: str) -> m.DescribedGroup:
+    admin = CoordinatorClient(bootstrap)
+    try:
+        reply = await admin.request(
+            apis.DESCRIBE_GROUPS, m.DescribeGroupsRequest(group_ids=[group_id])
+        )
+        return reply.groups[0]
+    finally:
+        await admin.close()
+
+
+def test_static_members_keep_their_places_across_a_kill9_of_the_ensemble_leader(
+    processes: Processes, tmp_path: Path
+) -> None:
+    ensemble = make_ensemble(processes, tmp_path, 3).start()
+    old = leader_of(ensemble)
+    instances = ["worker-0", "worker-1", "worker-2"]
+
+    async def scenario() -> None:
+        members = [static_member(ensemble.bootstrap, name) for name in instances]
+        for mbr in members:
+            await mbr.start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while True:
+            group = await described(ensemble.bootstrap, "static")
+            gens = {mbr.generation.generation_id for mbr in members if mbr.generation}
+            if group.state == "Stable" and len(group.members) == 3 and len(gens) == 1:
+                break
+            assert loop.time() < deadline, f"no generation: {group}"
+            await asyncio.sleep(0.05)
+        generation = gens.pop()
+        ensemble[old].kill9()
+        # the new coordinator loads the members with their instance ids, same generation
+        while True:
+            try:
+                group = await described(ensemble.bootstrap, "static")
+            except RetriableError:
+                group = None
+            if group is not None and group.state == "Stable":
+                break
+            assert loop.time() < deadline + 60, "no coordinator after the failover"
+            await asyncio.sleep(0.1)
+        assert sorted(mbr.group_instance_id or "" for mbr in group.members) == instances
+        assert group.generation_id == generation
+        # a static member restarts under the new coordinator: its place, no rebalance
+        await members[1].close(leave=False)
+        members[1] = static_member(ensemble.bootstrap, "worker-1")
+        await members[1].start()
+        back = await asyncio.wait_for(members[1].wait_stable(), 30)
+        assert back.generation_id == generation
+        group = await described(ensemble.bootstrap, "static")
+        assert group.generation_id == generation and group.state == "Stable"
+        assert back.member_id in [mbr.member_id for mbr in group.members]
+        for mbr in members:
+            await mbr.close(leave=False)
+
+    asyncio.run(scenario())

@@ -197,3 +197,54 @@ def test_no_coordinator_is_one_line() -> None:
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: no coordinator")
     assert "herder ensemble status" in done.stderr
+
+
+def test_describe_shows_instance_ids_and_list_filters_by_state(server: ServerHandle) -> None:
+    async def scenario() -> None:
+        admin = CoordinatorClient(server.bootstrap)
+        try:
+            # a static member joins at once, without a MEMBER_ID_REQUIRED round
+            joined = await admin.request(
+                apis.JOIN_GROUP,
+                m.JoinGroupRequest(
+                    group_id="static",
+                    group_instance_id="worker-a",
+                    client_id="client-a",
+                    session_timeout_ms=30_000,
+                    rebalance_timeout_ms=10_000,
+                    protocol_type="test",
+                    protocols=[m.JoinGroupProtocol(name="rr", metadata=b"meta")],
+                ),
+            )
+            assert joined.error_code == 0 and joined.member_id.startswith("worker-a-")
+            synced = await admin.request(
+                apis.SYNC_GROUP,
+                m.SyncGroupRequest(
+                    group_id="static",
+                    generation_id=joined.generation_id,
+                    member_id=joined.member_id,
+                    group_instance_id="worker-a",
+                    assignments=[m.SyncGroupAssignment(member_id=joined.member_id)],
+                ),
+            )
+            assert synced.error_code == 0 and synced.protocol_name == "rr"
+            # a group with offsets and no members: Empty
+            one = m.OffsetCommitPartition(topic="t", partition=0, offset=1)
+            await admin.request(
+                apis.OFFSET_COMMIT, m.OffsetCommitRequest(group_id="idle", offsets=[one])
+            )
+        finally:
+            await admin.close()
+
+        (member,) = (await herder_json(server, "describe", "static"))["members"]
+        assert (member["member_id"], member["group_instance_id"]) == (joined.member_id, "worker-a")
+        human = (await herder(server, "describe", "static")).stdout
+        assert "instance id" in human and "worker-a" in human
+
+        stable = await herder_json(server, "list", "--state", "stable")
+        assert [g["group_id"] for g in stable] == ["static"]
+        both = await herder_json(server, "list", "--state", "Stable", "--state", "EMPTY")
+        assert sorted(g["group_id"] for g in both) == ["idle", "static"]
+        assert await herder_json(server, "list", "--state", "PreparingRebalance") == []
+
+    asyncio.run(scenario())

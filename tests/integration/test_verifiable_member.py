@@ -42,12 +42,15 @@ def start_member(
     session_ms: int,
     heartbeat_ms: int = HEARTBEAT_MS,
     resources: Sequence[str] = RESOURCES,
+    instance_id: str | None = None,
 ) -> Proc:
+    static = ["--instance-id", instance_id] if instance_id is not None else []
     return processes.start(
         [
             *HERDER,
             "verifiable",
             "member",
+            *static,
             "--group",
             GROUP,
             "--protocol",
@@ -63,7 +66,7 @@ def start_member(
             "--bootstrap",
             server.bootstrap,
         ],
-        name="member",
+        name=f"member-{instance_id}" if instance_id else "member",
     )
 
 
@@ -211,3 +214,71 @@ def test_bad_settings_are_one_line(processes: Processes, server: ServerHandle) -
     assert usage.returncode == 2
     assert "must be below --session-timeout-ms" in usage.stderr
     assert "Traceback" not in usage.stderr
+
+
+def describe_members(server: ServerHandle) -> dict[str, str | None]:
+    """member id -> group instance id, as ``herder groups describe --json`` shows them."""
+    done = subprocess.run(
+        [*HERDER, "groups", "describe", GROUP, "--json", "--bootstrap", server.bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    described = json.loads(done.stdout)
+    return {m["member_id"]: m["group_instance_id"] for m in described["members"]}
+
+
+def test_a_static_member_restarted_within_its_session_keeps_its_place_without_a_rebalance(
+    processes: Processes, server: ServerHandle
+) -> None:
+    session_ms = 20_000
+    procs = [
+        start_member(processes, server, session_ms=session_ms, instance_id=name)
+        for name in ("alpha", "beta", "gamma")
+    ]
+    joined = wait_until(lambda: same_generation(procs), timeout=45, what="one generation")
+    assert isinstance(joined, list)
+    assert_one_generation(joined)
+    assert [event["instance_id"] for event in joined] == ["alpha", "beta", "gamma"]
+    generation = joined[0]["generation"]
+    assert sorted(describe_members(server).values()) == ["alpha", "beta", "gamma"]
+
+    # the group may have formed over more than one generation: what counts is what the
+    # others hear from the restart on
+    seen = {proc: len(events(proc)) for proc in (procs[0], procs[2])}
+    old = procs[1]
+    old.signal(signal.SIGTERM)
+    assert old.popen.wait(timeout=15) == 0
+    assert [e["event"] for e in events(old)][-2:] == ["revoked", "stopped"]
+
+    restarted = start_member(processes, server, session_ms=session_ms, instance_id="beta")
+    back = wait_until(
+        lambda: [e for e in events(restarted) if e["event"] == "joined"],
+        timeout=30,
+        what="the restarted member's assignment",
+    )
+    assert isinstance(back, list)
+    # the same generation and the same assignment, under a new member id
+    assert back[0]["generation"] == generation
+    assert back[0]["assignment"] == joined[1]["assignment"]
+    assert back[0]["member_id"] != joined[1]["member_id"]
+    members = describe_members(server)
+    assert members[back[0]["member_id"]] == "beta" and joined[1]["member_id"] not in members
+    # nobody else was asked to rebalance
+    for proc, before in ((procs[0], joined[0]), (procs[2], joined[2])):
+        history = events(proc)[seen[proc] :]
+        assert "revoked" not in [e["event"] for e in history], history
+        assert events(proc)[-1] == before
+
+
+def test_a_second_process_with_the_same_instance_id_fences_the_first(
+    processes: Processes, server: ServerHandle
+) -> None:
+    first = start_member(processes, server, session_ms=10_000, instance_id="only")
+    wait_until(lambda: same_generation([first]), timeout=30, what="the first process joined")
+    second = start_member(processes, server, session_ms=10_000, instance_id="only")
+    wait_until(lambda: same_generation([second]), timeout=30, what="the second process joined")
+    assert first.popen.wait(timeout=15) == 1
+    assert events(first)[-1]["error"] == "FENCED_INSTANCE_ID"
+    assert list(describe_members(server).values()) == ["only"]

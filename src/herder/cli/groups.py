@@ -102,13 +102,22 @@ def _check(code: int, what: str) -> None:
 
 
 @groups.command("list")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    metavar="STATE",
+    help="Only groups in this state (Empty, PreparingRebalance, CompletingRebalance, "
+    "Stable; any case); repeat for several.",
+)
 @bootstrap_option
 @json_option
-def list_(bootstrap: str, as_json: bool) -> None:
-    """List every group with its protocol type and state."""
+def list_(states: tuple[str, ...], bootstrap: str, as_json: bool) -> None:
+    """List every group (or those in --state) with its protocol type and state."""
 
     async def work(client: CoordinatorClient) -> list[m.ListedGroup]:
-        reply = await client.request(apis.LIST_GROUPS, m.ListGroupsRequest())
+        request = m.ListGroupsRequest(states_filter=list(states))
+        reply = await client.request(apis.LIST_GROUPS, request)
         _check(reply.error_code, "list groups")
         return reply.groups
 
@@ -136,6 +145,7 @@ def _describe_json(group: m.DescribedGroup, offsets: list[m.FetchedOffset]) -> d
         "members": [
             {
                 "member_id": member.member_id,
+                "group_instance_id": member.group_instance_id,
                 "client_id": member.client_id,
                 "client_host": member.client_host,
                 "metadata": text_or_base64(member.metadata),
@@ -171,6 +181,7 @@ def describe(group_id: str, bootstrap: str, as_json: bool) -> None:
 
     Assignments are shown as UTF-8 text where they decode, else base64 (in --json,
     {"base64": "…"}). Members' assignments are known only while the group is Stable.
+    A static member shows its group instance id (null in --json for a dynamic one).
     """
 
     async def work(client: CoordinatorClient) -> tuple[m.DescribedGroup, list[m.FetchedOffset]]:
@@ -206,10 +217,11 @@ def describe(group_id: str, bootstrap: str, as_json: bool) -> None:
         click.echo(f"{name:>13}: {value}")
     print_table(
         "members",
-        ["member id", "client id", "host", "leader", "assignment"],
+        ["member id", "instance id", "client id", "host", "leader", "assignment"],
         [
             [
                 member.member_id,
+                member.group_instance_id or "-",
                 member.client_id,
                 member.client_host,
                 "*" if member.member_id == group.leader else "",

@@ -11,6 +11,13 @@ Events: ``started``; ``joined`` (member id, generation, leader, this member's
 assignment) after every successful sync; ``revoked`` (the assignment given up) before
 every rejoin that follows one; ``left`` after leaving the group on SIGTERM or SIGINT;
 ``error`` when the membership fails for good (then the exit status is 1).
+
+With ``--instance-id`` the member is static (KIP-345): it names its group instance id
+on every request, and on SIGTERM or SIGINT it stops *without* leaving (``stopped``
+instead of ``left``), as Kafka's consumer does, so that a new process with the same
+instance id started within the session timeout takes its place, and its assignment,
+without a rebalance. A process whose instance id was taken over by another fails with
+FENCED_INSTANCE_ID.
 """
 
 from __future__ import annotations
@@ -50,10 +57,19 @@ def round_robin(resources: list[str], member_ids: list[str]) -> dict[str, list[s
 class VerifiableMember:
     """One :class:`GroupMember` whose callbacks print events; the leader assigns."""
 
-    def __init__(self, protocol: str, resources: list[str], **member_args: Any) -> None:
+    def __init__(
+        self,
+        protocol: str,
+        resources: list[str],
+        *,
+        instance_id: str | None = None,
+        **member_args: Any,
+    ) -> None:
         self.protocol = protocol
         self.resources = resources
+        self.instance_id = instance_id
         self.member = GroupMember(
+            group_instance_id=instance_id,
             protocols=self._protocols,
             assign=self._assign,
             on_assigned=self._on_assigned,
@@ -97,6 +113,7 @@ class VerifiableMember:
         self.assignment = assignment if isinstance(assignment, list) else [assignment]
         self.emit(
             "joined",
+            instance_id=self.instance_id,
             member_id=generation.member_id,
             generation=generation.generation_id,
             leader=generation.leader_id,
@@ -135,6 +152,7 @@ class VerifiableMember:
             self.emit(
                 "started",
                 group=self.member.group_id,
+                instance_id=self.instance_id,
                 client_id=self.member.client_id,
                 protocol=self.protocol,
                 resources=self.resources,
@@ -150,12 +168,15 @@ class VerifiableMember:
                 raise failure
             member_id = self.member.member_id
             if self.generation is not None and self.assignment:
-                # leaving gives the assignment up, as a rebalance would
+                # stopping gives the assignment up here, as a rebalance would
                 await self._on_revoked()
-            await self.member.close(leave=True)
+            # a static member keeps its place for the next process with its instance id
+            leave = self.instance_id is None
+            await self.member.close(leave=leave)
             self.emit(
-                "left",
+                "left" if leave else "stopped",
                 member_id=member_id,
+                instance_id=self.instance_id,
                 generation=self.generation.generation_id if self.generation else None,
             )
         finally:
@@ -179,6 +200,13 @@ class VerifiableMember:
 )
 @click.option(
     "--client-id", default="herder-verifiable", show_default=True, help="Shown by describe."
+)
+@click.option(
+    "--instance-id",
+    default=None,
+    help="Be a static member with this group.instance.id: a restart within the session "
+    "timeout gets the same place and assignment back without a rebalance, and SIGTERM "
+    "stops without leaving the group.",
 )
 @click.option(
     "--session-timeout-ms",
@@ -208,6 +236,7 @@ def member(
     resources: str,
     protocol_type: str,
     client_id: str,
+    instance_id: str | None,
     session_timeout_ms: int,
     rebalance_timeout_ms: int,
     heartbeat_interval_ms: int,
@@ -215,12 +244,15 @@ def member(
 ) -> None:
     """Join --group, print one JSON line per event until SIGTERM, then leave and exit 0.
 
-    Events: started, joined (member_id, generation, leader, assignment), revoked, left,
-    error. Every line has "event" and "timestamp" (epoch milliseconds).
+    Events: started, joined (member_id, generation, leader, assignment), revoked, left
+    (stopped, for a static member, which does not leave), error. Every line has "event"
+    and "timestamp" (epoch milliseconds).
     """
     names = [r.strip() for r in resources.split(",") if r.strip()]
     if not names:
         raise click.BadParameter("name at least one resource", param_hint="--resources")
+    if instance_id is not None and not instance_id.strip():
+        raise click.BadParameter("must not be empty", param_hint="--instance-id")
     if heartbeat_interval_ms >= session_timeout_ms:
         raise click.BadParameter(
             "must be below --session-timeout-ms", param_hint="--heartbeat-interval-ms"
@@ -228,6 +260,7 @@ def member(
     client = VerifiableMember(
         protocol,
         names,
+        instance_id=instance_id,
         bootstrap=bootstrap,
         group_id=group_id,
         protocol_type=protocol_type,

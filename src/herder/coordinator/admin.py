@@ -14,6 +14,7 @@ from herder.coordinator.messages import (
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    ListGroupsRequest,
     ListGroupsResponse,
     first_error,
 )
@@ -40,12 +41,15 @@ class GroupAdmin:
         self._rebalancer = rebalancer
         self._refusal = refusal
 
-    def list_groups(self) -> ListGroupsResponse:
-        """Every group, sorted; while loading, those loaded so far with LOAD_IN_PROGRESS."""
+    def list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
+        """Every group, sorted, or those in the states asked for (KIP-518, any case);
+        while loading, those loaded so far with LOAD_IN_PROGRESS."""
         error = self._refusal(None) or ErrorCode.NONE
         if error == ErrorCode.NOT_COORDINATOR:
             return ListGroupsResponse(error_code=error)
-        groups = [self._groups[group_id].overview() for group_id in sorted(self._groups)]
+        wanted = {state.lower() for state in request.states_filter}
+        listed = (self._groups[group_id] for group_id in sorted(self._groups))
+        groups = [group.overview() for group in listed if not wanted or group.is_in_any(wanted)]
         return ListGroupsResponse(error_code=error, groups=groups)
 
     def describe_groups(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:

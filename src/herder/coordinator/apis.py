@@ -31,15 +31,22 @@ class FindCoordinatorResponse(msgspec.Struct, kw_only=True):
     port: int = -1
 
 
+# Version 1 of the group APIs (every field it adds is optional, so version 0 peers are
+# served as before): group_instance_id on JoinGroup, SyncGroup, Heartbeat, LeaveGroup
+# (members by instance id) and OffsetCommit, and instance ids in JoinGroup's member list
+# and DescribeGroups (KIP-345); JoinGroup's skip_assignment; protocol type and name on
+# JoinGroup and SyncGroup (KIP-559); ListGroups' states filter (KIP-518); a leader
+# epoch on committed offsets. A static member must see version 1 negotiated: a server
+# that speaks only 0 would ignore its instance id and treat it as a dynamic member.
 FIND_COORDINATOR = Api(10, "FindCoordinator", FindCoordinatorRequest, FindCoordinatorResponse)
-OFFSET_COMMIT = Api(8, "OffsetCommit", m.OffsetCommitRequest, m.OffsetCommitResponse)
-OFFSET_FETCH = Api(9, "OffsetFetch", m.OffsetFetchRequest, m.OffsetFetchResponse)
-JOIN_GROUP = Api(11, "JoinGroup", m.JoinGroupRequest, m.JoinGroupResponse)
-HEARTBEAT = Api(12, "Heartbeat", m.HeartbeatRequest, m.HeartbeatResponse)
-LEAVE_GROUP = Api(13, "LeaveGroup", m.LeaveGroupRequest, m.LeaveGroupResponse)
-SYNC_GROUP = Api(14, "SyncGroup", m.SyncGroupRequest, m.SyncGroupResponse)
-DESCRIBE_GROUPS = Api(15, "DescribeGroups", m.DescribeGroupsRequest, m.DescribeGroupsResponse)
-LIST_GROUPS = Api(16, "ListGroups", m.ListGroupsRequest, m.ListGroupsResponse)
+OFFSET_COMMIT = Api(8, "OffsetCommit", m.OffsetCommitRequest, m.OffsetCommitResponse, 0, 1)
+OFFSET_FETCH = Api(9, "OffsetFetch", m.OffsetFetchRequest, m.OffsetFetchResponse, 0, 1)
+JOIN_GROUP = Api(11, "JoinGroup", m.JoinGroupRequest, m.JoinGroupResponse, 0, 1)
+HEARTBEAT = Api(12, "Heartbeat", m.HeartbeatRequest, m.HeartbeatResponse, 0, 1)
+LEAVE_GROUP = Api(13, "LeaveGroup", m.LeaveGroupRequest, m.LeaveGroupResponse, 0, 1)
+SYNC_GROUP = Api(14, "SyncGroup", m.SyncGroupRequest, m.SyncGroupResponse, 0, 1)
+DESCRIBE_GROUPS = Api(15, "DescribeGroups", m.DescribeGroupsRequest, m.DescribeGroupsResponse, 0, 1)
+LIST_GROUPS = Api(16, "ListGroups", m.ListGroupsRequest, m.ListGroupsResponse, 0, 1)
 DELETE_GROUPS = Api(42, "DeleteGroups", m.DeleteGroupsRequest, m.DeleteGroupsResponse)
 INIT_FENCING = Api(22, "InitFencing", m.InitFencingRequest, m.InitFencingResponse)
 

@@ -21,7 +21,13 @@ import msgspec
 from herder.coordinator import apis
 from herder.coordinator import messages as m
 from herder.ensemble.client import parse_bootstrap
-from herder.errors import CoordinatorNotAvailable, ErrorCode, HerderError, error_from_code
+from herder.errors import (
+    CoordinatorNotAvailable,
+    ErrorCode,
+    HerderError,
+    UnsupportedVersion,
+    error_from_code,
+)
 from herder.wire import Api, ApiRegistry, WireClient
 
 Resp = TypeVar("Resp", bound=msgspec.Struct)
@@ -119,15 +125,28 @@ class CoordinatorLink:
         self._wire: WireClient | None = None
 
     async def request(
-        self, api: Api[Any, Resp], body: msgspec.Struct, *, timeout: float, find: bool = True
+        self,
+        api: Api[Any, Resp],
+        body: msgspec.Struct,
+        *,
+        timeout: float,
+        find: bool = True,
+        min_version: int = 0,
     ) -> Resp:
         """Send ``body`` to the coordinator, finding it first unless ``find`` is False
-        (then CoordinatorNotAvailable when none is known)."""
+        (then CoordinatorNotAvailable when none is known). A coordinator that speaks
+        ``api`` below ``min_version`` (it would drop fields the request relies on) is
+        refused with UnsupportedVersion."""
         wire = self._wire
         if wire is None or not wire.connected:
             if not find:
                 raise CoordinatorNotAvailable(f"no coordinator known for {self.what}")
             wire = self._wire = await self.connections.coordinator(self.key, self.what)
+        if min_version and wire.versions.get(api.key, 0) < min_version:
+            raise UnsupportedVersion(
+                f"the coordinator at {wire.address} speaks {api.name} below version "
+                f"{min_version}, which {self.what} needs; upgrade the ensemble"
+            )
         try:
             return await wire.request(api, body, timeout=timeout)
         except HerderError as exc:

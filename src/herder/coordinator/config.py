@@ -13,6 +13,7 @@ PROPERTY_NAMES: dict[str, str] = {
     "group_max_session_timeout_ms": "group.max.session.timeout.ms",
     "group_max_size": "group.max.size",
     "group_initial_rebalance_delay_ms": "group.initial.rebalance.delay.ms",
+    "group_new_member_join_timeout_ms": "group.new.member.join.timeout.ms",
     "offsets_retention_minutes": "offsets.retention.minutes",
     "offsets_retention_check_interval_ms": "offsets.retention.check.interval.ms",
     "offset_metadata_max_bytes": "offset.metadata.max.bytes",
@@ -26,12 +27,22 @@ class CoordinatorConfig:
     The defaults are Kafka's, except ``group_initial_rebalance_delay_ms``: Kafka waits
     3 s for more members before a new group's first rebalance, herder does not unless
     asked, because its worker groups are small and tests should not wait.
+
+    ``group_new_member_join_timeout_ms`` is how long a member that has never been in a
+    generation may wait in a rebalance before it is dropped (Kafka's
+    ``NewMemberJoinTimeoutMs``, KIP-394): a client that gave up on its JoinGroup and
+    went away must not hold the rebalance, or the group's size, for the whole rebalance
+    timeout. Kafka fixes it at 5 minutes; herder lets it be set, but it must stay well
+    above the members' heartbeat intervals: the members already in the group learn of
+    the rebalance a newcomer starts from a heartbeat answer, and a newcomer that expires
+    before they rejoin never gets in.
     """
 
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2**31 - 1
     group_initial_rebalance_delay_ms: int = 0
+    group_new_member_join_timeout_ms: int = 300_000
     offsets_retention_minutes: int = 7 * 24 * 60
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
@@ -41,6 +52,7 @@ class CoordinatorConfig:
             ("group_min_session_timeout_ms", 0),
             ("group_max_size", 1),
             ("group_initial_rebalance_delay_ms", 0),
+            ("group_new_member_join_timeout_ms", 1),
             ("offsets_retention_minutes", 1),
             ("offsets_retention_check_interval_ms", 1),
             ("offset_metadata_max_bytes", 0),

@@ -180,7 +180,9 @@ class GroupCoordinator:
         Its members get a full session from ``now_ms``: they may have heartbeated to
         the previous coordinator a moment ago, and must not be expired for it. A group
         is loaded once: loading it again would leave the first copy's timers running
-        against a group nobody serves, so it is refused.
+        against a group nobody serves, so it is refused. A group stored with more
+        members than ``group.max.size`` allows now rebalances at once, as in Kafka: the
+        members that rejoin first keep their places, the others are refused.
         """
         if self._status is not CoordinatorStatus.LOADING:
             raise RuntimeError(f"cannot load group {group_id} while {self._status.value}")
@@ -199,6 +201,7 @@ class GroupCoordinator:
             self._groups[group_id] = group
             self._unloaded.discard(group_id)
             self._rebalancer.start_sessions(group)
+            self._rebalancer.rebalance_if_over_capacity(group)
             log.info(
                 "loaded group %s: %s, generation %d, %d members, %d offsets",
                 group_id,
@@ -257,18 +260,22 @@ class GroupCoordinator:
     def _refusal(self, group_id: str | None, *, empty_id_allowed: bool = False) -> ErrorCode | None:
         """Why this coordinator cannot serve a request for ``group_id`` now (None if it can).
 
-        The group id "" is refused only where a group means a membership (JoinGroup,
-        SyncGroup, Heartbeat, LeaveGroup). As in Kafka, requests about a group's stored
-        state accept it (``empty_id_allowed``): OffsetCommit and OffsetFetch, for
-        clients that keep offsets without a group, and DescribeGroups and DeleteGroups,
-        so that state can be seen and removed.
+        In Kafka's order (``validateGroupStatus``): the group id first, then whether
+        this coordinator is active, loading, and serving that group. The group id "" is
+        refused only where a group means a membership (JoinGroup, SyncGroup, Heartbeat,
+        LeaveGroup). As in Kafka, requests about a group's stored state accept it
+        (``empty_id_allowed``): OffsetCommit and OffsetFetch, for clients that keep
+        offsets without a group, and DescribeGroups and DeleteGroups, so that state can
+        be seen and removed.
         """
-        if self._status is CoordinatorStatus.INACTIVE or group_id in self._unloaded:
-            return ErrorCode.NOT_COORDINATOR
         if group_id is not None and not group_id and not empty_id_allowed:
             return ErrorCode.INVALID_GROUP_ID
+        if self._status is CoordinatorStatus.INACTIVE:
+            return ErrorCode.NOT_COORDINATOR
         if self._status is CoordinatorStatus.LOADING:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if group_id in self._unloaded:
+            return ErrorCode.NOT_COORDINATOR
         return None
 
     # -- membership ----------------------------------------------------------------
@@ -348,19 +355,28 @@ class GroupCoordinator:
         """
         with self._ctx.step(now_ms):
             error = self._refusal(request.group_id)
+            leaving = request.leaving()
             if error is not None:
-                members = [LeftMember(member_id=m, error_code=error) for m in request.member_ids]
+                members = [
+                    LeftMember(
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        error_code=error,
+                    )
+                    for m in leaving
+                ]
                 self._ctx.reply(respond, LeaveGroupResponse(error_code=error, members=members))
                 return
             group = self._groups.get(request.group_id)
             members = [
                 LeftMember(
-                    member_id=member_id,
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
                     error_code=ErrorCode.UNKNOWN_MEMBER_ID
                     if group is None
-                    else self._membership.leave(group, member_id),
+                    else self._membership.leave(group, m),
                 )
-                for member_id in request.member_ids
+                for m in leaving
             ]
             self._ctx.reply(respond, LeaveGroupResponse(members=members))
 
@@ -401,7 +417,7 @@ class GroupCoordinator:
         respond: Callable[[ListGroupsResponse], None],
     ) -> None:
         with self._ctx.step(now_ms):
-            self._ctx.reply(respond, self._admin.list_groups())
+            self._ctx.reply(respond, self._admin.list_groups(request))
 
     def describe_groups(
         self,

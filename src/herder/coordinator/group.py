@@ -13,6 +13,10 @@ partitions.
 * CompletingRebalance or Stable → PreparingRebalance: a member joins, changes its
   metadata, leaves, expires or never syncs, or the leader rejoins;
 * any state → Dead: the group is unloaded, deleted or expired.
+
+Static members (KIP-345) are also indexed by their ``group.instance.id``; at most one
+member holds an instance id, and a restarted process takes its member over
+(:meth:`Group.replace_static_member`) instead of joining beside it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 
-from herder.coordinator.member import JoinCallback, Member, SupportedProtocol
+from herder.coordinator.member import JoinCallback, Member, SupportedProtocol, SyncCallback
 from herder.coordinator.messages import (
     DescribedGroup,
     DescribedMember,
@@ -31,7 +35,7 @@ from herder.coordinator.messages import (
 from herder.coordinator.offsets import GroupOffsets
 from herder.coordinator.records import GroupRecord
 from herder.coordinator.timers import Timer
-from herder.errors import HerderError
+from herder.errors import ErrorCode, HerderError
 
 
 class GroupState(enum.Enum):
@@ -83,6 +87,8 @@ class Group:
         self.generation_id = 0
         self.leader_id: str | None = None
         self._members: dict[str, Member] = {}
+        #: group.instance.id -> the member id that holds it now
+        self._static_members: dict[str, str] = {}
         #: how many members support each protocol name
         self._protocol_support: Counter[str] = Counter()
         #: how many members have a JoinGroup parked
@@ -141,6 +147,30 @@ class Group:
         return list(self._members)
 
     @property
+    def awaiting_join_count(self) -> int:
+        """Members with a JoinGroup parked: who is in the next generation so far."""
+        return self._awaiting_join
+
+    def static_member_id(self, group_instance_id: str | None) -> str | None:
+        """The member id that holds ``group_instance_id`` now (None: no one does)."""
+        if group_instance_id is None:
+            return None
+        return self._static_members.get(group_instance_id)
+
+    def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
+        """Why a request from ``member_id`` is refused, if it is (Kafka's
+        ``validateCurrentMember``): FENCED_INSTANCE_ID when its instance id now belongs
+        to another member id (a newer process of the same instance took over), else
+        UNKNOWN_MEMBER_ID when the instance or the member is not in the group.
+        """
+        if group_instance_id is not None:
+            current = self._static_members.get(group_instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            return ErrorCode.FENCED_INSTANCE_ID if current != member_id else None
+        return None if member_id in self._members else ErrorCode.UNKNOWN_MEMBER_ID
+
+    @property
     def size(self) -> int:
         """Members plus ids given out and not yet used: what ``group.max.size`` bounds."""
         return len(self._members) + len(self.pending_members)
@@ -158,9 +188,14 @@ class Group:
             member.protocol_type, member.protocol_names
         ):
             raise ValueError(f"member {member.member_id} cannot join group {self.group_id}")
+        instance_id = member.group_instance_id
+        if instance_id is not None and instance_id in self._static_members:
+            raise ValueError(f"group {self.group_id} already has a member for {instance_id}")
         if self.leader_id is None:
             self.leader_id = member.member_id
         self._members[member.member_id] = member
+        if instance_id is not None:
+            self._static_members[instance_id] = member.member_id
         self._protocol_support.update(set(member.protocol_names))
         if member.is_awaiting_join:
             self._awaiting_join += 1
@@ -173,6 +208,8 @@ class Group:
         who will be in the next generation.
         """
         member = self._members.pop(member_id)
+        if member.group_instance_id is not None:
+            self._static_members.pop(member.group_instance_id, None)
         self._protocol_support.subtract(set(member.protocol_names))
         if member.is_awaiting_join:
             self._awaiting_join -= 1
@@ -180,6 +217,49 @@ class Group:
         if member_id == self.leader_id:
             self.leader_id = self._next_leader()
         return member
+
+    def replace_static_member(
+        self, group_instance_id: str, new_member_id: str
+    ) -> tuple[Member, JoinCallback | None, SyncCallback | None]:
+        """Hand the instance's member over to ``new_member_id`` (a restarted process).
+
+        The member keeps its place (order, leadership, assignment, pending sync); what
+        the previous process was waiting for is taken back and returned, to be answered
+        FENCED_INSTANCE_ID: that process is not the member any more.
+        """
+        old_member_id = self._static_members[group_instance_id]
+        member = self._members[old_member_id]
+        fenced_join = self.unpark_join(member)
+        fenced_sync, member.awaiting_sync = member.awaiting_sync, None
+        member.member_id = new_member_id
+        self._members = {
+            (new_member_id if key == old_member_id else key): value
+            for key, value in self._members.items()
+        }
+        self._static_members[group_instance_id] = new_member_id
+        if self.leader_id == old_member_id:
+            self.leader_id = new_member_id
+        if old_member_id in self.pending_sync:
+            self.pending_sync.discard(old_member_id)
+            self.pending_sync.add(new_member_id)
+        return member, fenced_join, fenced_sync
+
+    def elect_joined_leader(self) -> bool:
+        """Make sure the leader is a member that rejoined; False if none did.
+
+        A static member that did not rejoin stays in the group (it may be restarting),
+        but it cannot lead the next generation: it would not get the join response
+        that asks it to assign.
+        """
+        if self.leader_id is None:
+            return False
+        if self._members[self.leader_id].is_awaiting_join:
+            return True
+        joined = next((m.member_id for m in self._members.values() if m.is_awaiting_join), None)
+        if joined is None:
+            return False
+        self.leader_id = joined
+        return True
 
     def _next_leader(self) -> str | None:
         if self._awaiting_join:
@@ -261,9 +341,10 @@ class Group:
     # -- generations -----------------------------------------------------------------
 
     def init_next_generation(self, now_ms: int) -> None:
-        """Start the next generation from the members that rejoined."""
-        if self.not_yet_rejoined:
-            raise ValueError(f"group {self.group_id} has members that did not rejoin")
+        """Start the next generation from the members that rejoined (and static members
+        kept while they restart)."""
+        if any(not member.is_static for member in self.not_yet_rejoined):
+            raise ValueError(f"group {self.group_id} has dynamic members that did not rejoin")
         self.generation_id += 1
         self.pending_sync.clear()
         if self._members:
@@ -279,18 +360,25 @@ class Group:
             raise ValueError(f"group {self.group_id} has no current generation in {self.state}")
         protocol = self.protocol
         return [
-            JoinGroupMember(member_id=member.member_id, metadata=member.metadata(protocol))
+            JoinGroupMember(
+                member_id=member.member_id,
+                metadata=member.metadata(protocol),
+                group_instance_id=member.group_instance_id,
+            )
             for member in self._members.values()
         ]
 
-    def join_response(self, member_id: str) -> JoinGroupResponse:
+    def join_response(self, member_id: str, *, skip_assignment: bool = False) -> JoinGroupResponse:
         """The current generation as told to ``member_id``; the leader also gets the members."""
+        is_leader = member_id == self.leader_id
         return JoinGroupResponse(
             generation_id=self.generation_id,
+            protocol_type=self.protocol_type or "",
             protocol_name=self.protocol or "",
             leader=self.leader_id or "",
             member_id=member_id,
-            members=self.member_metadata() if member_id == self.leader_id else [],
+            members=self.member_metadata() if is_leader else [],
+            skip_assignment=skip_assignment and is_leader,
         )
 
     def to_record(self, assignments: dict[str, bytes], now_ms: int) -> GroupRecord:
@@ -326,6 +414,8 @@ class Group:
             for stored in record.members:
                 member = Member.from_record(stored, record.protocol_type, record.protocol)
                 group._members[member.member_id] = member
+                if member.group_instance_id is not None:
+                    group._static_members[member.group_instance_id] = member.member_id
                 # what a stored member speaks is the group's protocol: a newcomer must too
                 group._protocol_support.update(set(member.protocol_names))
             group.leader_id = record.leader if record.leader in group._members else None
@@ -334,6 +424,10 @@ class Group:
         return group
 
     # -- views -------------------------------------------------------------------
+
+    def is_in_any(self, state_names: set[str]) -> bool:
+        """Whether the group's state is one of ``state_names`` (lower case)."""
+        return self._state.value.lower() in state_names
 
     def overview(self) -> ListedGroup:
         return ListedGroup(
@@ -352,6 +446,7 @@ class Group:
                 client_host=member.client_host,
                 metadata=member.metadata(protocol) if protocol else b"",
                 assignment=member.assignment if protocol else b"",
+                group_instance_id=member.group_instance_id,
             )
             for member in self._members.values()
         ]

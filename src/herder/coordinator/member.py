@@ -33,6 +33,14 @@ class Member:
     assignment is stored. A member with either is alive by definition: its session
     timer does not expire it while the coordinator owes it an answer. Its group parks
     and unparks the JoinGroup (``Group.park_join``), since it counts who is waiting.
+
+    The exception is a *new* member (``is_new``: it has not been in a generation
+    yet). Its timer is the new-member join timeout, and it is dropped when that runs
+    out even with its JoinGroup parked: it cannot heartbeat, and a client that gave up
+    waiting would otherwise stay a member for the whole rebalance.
+
+    A static member (``group_instance_id`` set) keeps its place across restarts: a new
+    process with the same instance id takes the member over under a new member id.
     """
 
     member_id: str
@@ -44,6 +52,8 @@ class Member:
     #: in the member's order of preference
     protocols: list[SupportedProtocol]
     assignment: bytes = b""
+    group_instance_id: str | None = None
+    is_new: bool = False
     awaiting_join: JoinCallback | None = None
     awaiting_sync: SyncCallback | None = None
     #: expires the member unless it shows signs of life before the deadline
@@ -52,6 +62,10 @@ class Member:
     @property
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
 
     @property
     def is_awaiting_join(self) -> bool:
@@ -88,6 +102,7 @@ class Member:
             rebalance_timeout_ms=self.rebalance_timeout_ms,
             metadata=self.metadata(protocol),
             assignment=assignment,
+            group_instance_id=self.group_instance_id,
         )
 
     @classmethod
@@ -102,4 +117,5 @@ class Member:
             protocol_type=protocol_type,
             protocols=[(protocol, record.metadata)],
             assignment=record.assignment,
+            group_instance_id=record.group_instance_id,
         )

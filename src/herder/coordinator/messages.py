@@ -12,6 +12,12 @@ that sent one item can read the top-level code alone. An error about the coordin
 itself (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) is set on every item too.
 LeaveGroup is the exception, as in Kafka's v3+: its top-level code says only whether
 the request failed as a whole, and each member's fate is in its own result.
+
+Static membership (KIP-345): a member that sets ``group_instance_id`` keeps its place
+in the group across restarts. It sends the id on JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup and OffsetCommit; the coordinator answers FENCED_INSTANCE_ID to a request
+whose member id is no longer the one the instance id belongs to (an older process of
+the same instance). ``None`` means a dynamic member, as before.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ NO_MEMBER_ID = ""
 NO_GENERATION = -1
 #: the offset OffsetFetch reports for a partition with nothing committed
 NO_OFFSET = -1
+#: the leader epoch of an offset committed without one
+NO_LEADER_EPOCH = -1
 
 
 def first_error(codes: Iterable[int]) -> int:
@@ -46,6 +54,8 @@ class JoinGroupProtocol(msgspec.Struct, kw_only=True):
 class JoinGroupRequest(msgspec.Struct, kw_only=True):
     group_id: str
     member_id: str = NO_MEMBER_ID
+    #: a static member's identity across restarts (KIP-345); None for a dynamic member
+    group_instance_id: str | None = None
     client_id: str = ""
     client_host: str = ""
     session_timeout_ms: int
@@ -58,6 +68,7 @@ class JoinGroupRequest(msgspec.Struct, kw_only=True):
 class JoinGroupMember(msgspec.Struct, kw_only=True):
     member_id: str
     metadata: bytes = b""
+    group_instance_id: str | None = None
 
 
 class JoinGroupResponse(msgspec.Struct, kw_only=True):
@@ -69,6 +80,12 @@ class JoinGroupResponse(msgspec.Struct, kw_only=True):
     member_id: str = NO_MEMBER_ID
     #: filled for the leader only: every member with its metadata for the chosen protocol
     members: list[JoinGroupMember] = []
+    #: the group's protocol type (KIP-559), "" with an error
+    protocol_type: str = ""
+    #: the leader is told it leads but must not assign: a static leader that restarted
+    #: into a Stable group, whose assignment stands (JoinGroup v9's SkipAssignment);
+    #: it syncs with no assignments and gets its own back
+    skip_assignment: bool = False
 
 
 class SyncGroupAssignment(msgspec.Struct, kw_only=True):
@@ -82,31 +99,58 @@ class SyncGroupRequest(msgspec.Struct, kw_only=True):
     member_id: str
     #: sent by the leader only; members it leaves out get an empty assignment
     assignments: list[SyncGroupAssignment] = []
+    group_instance_id: str | None = None
+    #: what the member's JoinGroup response said (KIP-559); checked when given
+    protocol_type: str | None = None
+    protocol_name: str | None = None
 
 
 class SyncGroupResponse(msgspec.Struct, kw_only=True):
     error_code: int = ErrorCode.NONE
     assignment: bytes = b""
+    #: the generation's protocol type and name (KIP-559), "" with an error
+    protocol_type: str = ""
+    protocol_name: str = ""
 
 
 class HeartbeatRequest(msgspec.Struct, kw_only=True):
     group_id: str
     generation_id: int
     member_id: str
+    group_instance_id: str | None = None
 
 
 class HeartbeatResponse(msgspec.Struct, kw_only=True):
     error_code: int = ErrorCode.NONE
 
 
+class LeavingMember(msgspec.Struct, kw_only=True):
+    """One member to remove (LeaveGroup v3's MemberIdentity).
+
+    A static member is named by its ``group_instance_id``, with or without its member
+    id: without one (``NO_MEMBER_ID``) an operator removes whichever process holds the
+    instance id now; with one, the member id must be the instance's current one.
+    """
+
+    member_id: str = NO_MEMBER_ID
+    group_instance_id: str | None = None
+
+
 class LeaveGroupRequest(msgspec.Struct, kw_only=True):
     group_id: str
+    #: members named by member id alone (the form before LeaveGroup v3)
     member_ids: list[str] = []
+    members: list[LeavingMember] = []
+
+    def leaving(self) -> list[LeavingMember]:
+        """Every member this request names, in both forms."""
+        return [LeavingMember(member_id=m) for m in self.member_ids] + list(self.members)
 
 
 class LeftMember(msgspec.Struct, kw_only=True):
     member_id: str
     error_code: int = ErrorCode.NONE
+    group_instance_id: str | None = None
 
 
 class LeaveGroupResponse(msgspec.Struct, kw_only=True):
@@ -114,11 +158,15 @@ class LeaveGroupResponse(msgspec.Struct, kw_only=True):
     error_code: int = ErrorCode.NONE
     members: list[LeftMember] = []
 
-    def member_error(self, member_id: str) -> int:
-        """Whether ``member_id`` left: the request's error, else that member's own."""
+    def member_error(self, member_id: str, group_instance_id: str | None = None) -> int:
+        """Whether the member left: the request's error, else that member's own."""
         if self.error_code != ErrorCode.NONE:
             return self.error_code
-        codes = (m.error_code for m in self.members if m.member_id == member_id)
+        codes = (
+            m.error_code
+            for m in self.members
+            if m.member_id == member_id and m.group_instance_id == group_instance_id
+        )
         return next(codes, ErrorCode.UNKNOWN_MEMBER_ID)
 
 
@@ -127,6 +175,9 @@ class OffsetCommitPartition(msgspec.Struct, kw_only=True):
     partition: int
     offset: int
     metadata: str = ""
+    #: the epoch of the partition's leader the committed position was read under
+    #: (Kafka's committed leader epoch), stored and returned by OffsetFetch
+    leader_epoch: int = NO_LEADER_EPOCH
 
 
 class OffsetCommitRequest(msgspec.Struct, kw_only=True):
@@ -135,6 +186,7 @@ class OffsetCommitRequest(msgspec.Struct, kw_only=True):
     generation_id: int = NO_GENERATION
     member_id: str = NO_MEMBER_ID
     offsets: list[OffsetCommitPartition] = []
+    group_instance_id: str | None = None
 
 
 class CommittedPartition(msgspec.Struct, kw_only=True):
@@ -160,6 +212,7 @@ class FetchedOffset(msgspec.Struct, kw_only=True):
     offset: int = NO_OFFSET
     metadata: str = ""
     error_code: int = ErrorCode.NONE
+    leader_epoch: int = NO_LEADER_EPOCH
 
 
 class OffsetFetchResponse(msgspec.Struct, kw_only=True):
@@ -168,7 +221,10 @@ class OffsetFetchResponse(msgspec.Struct, kw_only=True):
 
 
 class ListGroupsRequest(msgspec.Struct, kw_only=True):
-    """Every group the coordinator knows (no arguments)."""
+    """The groups the coordinator knows, all of them or those in some states."""
+
+    #: state names to keep, in any case (KIP-518); empty: every group
+    states_filter: list[str] = []
 
 
 class ListedGroup(msgspec.Struct, kw_only=True):
@@ -193,6 +249,7 @@ class DescribedMember(msgspec.Struct, kw_only=True):
     #: metadata for the group's protocol and the assignment: only while Stable
     metadata: bytes = b""
     assignment: bytes = b""
+    group_instance_id: str | None = None
 
 
 class DescribedGroup(msgspec.Struct, kw_only=True):

@@ -5,8 +5,10 @@ member of the current generation may commit, also while the group prepares a
 rebalance (its partitions are still its own until it rejoins); during
 CompletingRebalance nobody may, because the assignment is about to change hands; and
 a group with no members accepts commits with generation -1, which is how admin tools
-reset a group's position. Committed offsets become visible to OffsetFetch only once
-the store has them.
+reset a group's position. A commit naming a group instance id that now belongs to
+another member id (an older process of a static member) is refused with
+FENCED_INSTANCE_ID. Committed offsets become visible to OffsetFetch only once the
+store has them, with the leader epoch they were committed with.
 """
 
 from __future__ import annotations
@@ -88,8 +90,9 @@ class OffsetCommits:
             return None
         # membership before state (as Kafka does since 2.x; the seed checks the state
         # first): a removed member learns to drop its id instead of rejoining with it
-        if not group.has(request.member_id):
-            return ErrorCode.UNKNOWN_MEMBER_ID
+        error = group.validate_member(request.member_id, request.group_instance_id)
+        if error is not None:
+            return error
         if request.generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         if group.is_in(GroupState.COMPLETING_REBALANCE):
@@ -110,7 +113,10 @@ class OffsetCommits:
             else:
                 errors[partition] = ErrorCode.NONE
                 accepted[partition] = OffsetAndMetadata(
-                    offset=item.offset, metadata=item.metadata, commit_timestamp_ms=now
+                    offset=item.offset,
+                    metadata=item.metadata,
+                    commit_timestamp_ms=now,
+                    leader_epoch=item.leader_epoch,
                 )
         if not accepted:
             self._ctx.reply(respond, _commit_response(request, errors))
@@ -147,6 +153,7 @@ class OffsetCommits:
             if offset is not None:
                 fetched.offset = offset.offset
                 fetched.metadata = offset.metadata
+                fetched.leader_epoch = offset.leader_epoch
             offsets.append(fetched)
         return OffsetFetchResponse(offsets=offsets)
 

@@ -30,6 +30,8 @@ class OffsetAndMetadata(msgspec.Struct, frozen=True, kw_only=True):
     offset: int
     metadata: str = ""
     commit_timestamp_ms: int
+    #: the leader epoch the position was read under (-1: none given)
+    leader_epoch: int = -1
 
 
 class GroupOffsets:

@@ -4,12 +4,16 @@ All of them are timers on the coordinator's one queue:
 
 * the **delayed join** of a group in PreparingRebalance: completes as soon as every
   member (and every holder of a freshly issued member id) has rejoined, or at the
-  largest rebalance timeout, when the members that did not rejoin are removed; for an
-  Empty group it first waits out ``group.initial.rebalance.delay.ms`` (every Empty
-  group, as in Kafka, not only one that never had a generation: members coming back
-  to an emptied group arrive one by one just the same);
+  largest rebalance timeout, when the dynamic members that did not rejoin are removed
+  (static members stay, as in Kafka: they may be restarting, and coming back would
+  then cost no rebalance; they are removed if they do not sync, or when their session
+  ends); for an Empty group it first waits out ``group.initial.rebalance.delay.ms``
+  (every Empty group, as in Kafka, not only one that never had a generation: members
+  coming back to an emptied group arrive one by one just the same);
 * the **session timer** of each member (the seed's delayed heartbeat): expires the
-  member unless it heartbeats, commits, or is awaiting a join or sync response;
+  member unless it heartbeats, commits, or is awaiting a join or sync response; a
+  member not yet in any generation has ``group.new.member.join.timeout.ms`` instead,
+  and is expired when it runs out even while its join is parked (KIP-394);
 * the **pending member** timer of each id handed out with MEMBER_ID_REQUIRED: forgets
   the id if nobody joins with it within the session timeout;
 * the **pending sync** deadline after a join completes: members that have not sent
@@ -100,8 +104,24 @@ class Rebalancer:
         if not group.is_in(PREPARING):
             return
         for member in group.not_yet_rejoined:
-            log.info("group %s: member %s did not rejoin in time", group.group_id, member.member_id)
-            self.remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID)
+            if not member.is_static:
+                log.info(
+                    "group %s: member %s did not rejoin in time", group.group_id, member.member_id
+                )
+                self.remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID)
+        self._shed_over_capacity(group)
+        if group.members and not group.elect_joined_leader():
+            # only static members are left and none rejoined: give them another rebalance
+            # timeout to come back, or their sessions to run out
+            log.info(
+                "group %s: no member rejoined; waiting for the static members %s",
+                group.group_id,
+                group.member_ids,
+            )
+            group.join_timer = self._ctx.schedule(
+                group.rebalance_timeout_ms, lambda: self._complete_join(group)
+            )
+            return
         group.init_next_generation(self._ctx.now_ms)
         if group.is_in(GroupState.EMPTY):
             log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
@@ -119,12 +139,44 @@ class Rebalancer:
             respond = group.unpark_join(member)
             if respond is not None:
                 self._ctx.reply(respond, group.join_response(member.member_id))
+            member.is_new = False
             self.schedule_session(group, member)
         group.pending_sync = set(group.member_ids)
         generation = group.generation_id
         group.sync_timer = self._ctx.schedule(
             group.rebalance_timeout_ms, lambda: self._expire_pending_syncs(group, generation)
         )
+
+    def _shed_over_capacity(self, group: Group) -> None:
+        """Keep the next generation within ``group.max.size``.
+
+        Joins beyond the limit are refused as they come, so what can overflow here are
+        static members kept although they did not rejoin: they go first, the most
+        recent first (a group loaded over capacity sheds its last joiners).
+        """
+        excess = len(group.members) - self._ctx.config.group_max_size
+        if excess <= 0:
+            return
+        members = list(reversed(group.members))
+        order = [m for m in members if not m.is_awaiting_join] + [
+            m for m in members if m.is_awaiting_join
+        ]
+        for member in order[:excess]:
+            log.info(
+                "group %s: member %s removed: the group is over group.max.size %d",
+                group.group_id,
+                member.member_id,
+                self._ctx.config.group_max_size,
+            )
+            self.remove_member(group, member, ErrorCode.GROUP_MAX_SIZE_REACHED)
+
+    def rebalance_if_over_capacity(self, group: Group) -> None:
+        """A group with more members than ``group.max.size`` (loaded so, after the limit
+        was lowered) rebalances, so that its last joiners can be refused."""
+        limit = self._ctx.config.group_max_size
+        if len(group.members) > limit:
+            reason = f"{len(group.members)} members, over group.max.size {limit}"
+            self.maybe_prepare_rebalance(group, reason)
 
     def _store_empty_group(self, group: Group) -> None:
         record = group.to_record({}, self._ctx.now_ms)
@@ -155,9 +207,11 @@ class Rebalancer:
             if respond is None:
                 continue
             member.awaiting_sync = None
-            self._ctx.reply(
-                respond, SyncGroupResponse(error_code=error, assignment=member.assignment)
-            )
+            response = SyncGroupResponse(error_code=error, assignment=member.assignment)
+            if error == ErrorCode.NONE:
+                response.protocol_type = group.protocol_type or ""
+                response.protocol_name = group.protocol or ""
+            self._ctx.reply(respond, response)
             # its session may have run out while it waited; it gets a fresh one now
             self.schedule_session(group, member)
 
@@ -192,20 +246,36 @@ class Rebalancer:
 
     def schedule_session(self, group: Group, member: Member) -> None:
         """The member showed it is alive: its session starts over from now."""
+        self._schedule_expiry(group, member, member.session_timeout_ms)
+
+    def start_new_member_timer(self, group: Group, member: Member) -> None:
+        """A member that joined for the first time has this long to be in a generation."""
+        member.is_new = True
+        self._schedule_expiry(group, member, self._ctx.config.group_new_member_join_timeout_ms)
+
+    def _schedule_expiry(self, group: Group, member: Member, timeout_ms: int) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
         member.session_timer = self._ctx.schedule(
-            member.session_timeout_ms, lambda: self._expire_session(group, member)
+            timeout_ms, lambda: self._expire_session(group, member)
         )
 
     def _expire_session(self, group: Group, member: Member) -> None:
         member.session_timer = None
         if not group.has(member.member_id) or group.get(member.member_id) is not member:
             return
-        if member.is_awaiting_join or member.is_awaiting_sync:
+        if member.is_new:
+            log.info(
+                "group %s: new member %s was not in a generation within %d ms",
+                group.group_id,
+                member.member_id,
+                self._ctx.config.group_new_member_join_timeout_ms,
+            )
+        elif member.is_awaiting_join or member.is_awaiting_sync:
             # the coordinator owes it an answer; the session restarts when it is given
             return
-        log.info("group %s: session of member %s expired", group.group_id, member.member_id)
+        else:
+            log.info("group %s: session of member %s expired", group.group_id, member.member_id)
         self.on_member_failure(group, member, f"session of {member.member_id} expired")
 
     def issue_member_id(self, group: Group, client_id: str, session_timeout_ms: int) -> str:

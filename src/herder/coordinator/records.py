@@ -39,6 +39,8 @@ class MemberRecord(msgspec.Struct, kw_only=True, frozen=True):
     #: the member's metadata for the group's protocol (the one it rejoins with)
     metadata: bytes = b""
     assignment: bytes = b""
+    #: a static member's instance id: a new coordinator must know whom it belongs to
+    group_instance_id: str | None = None
 
 
 class GroupRecord(msgspec.Struct, kw_only=True, frozen=True, tag="group"):
@@ -61,6 +63,7 @@ class OffsetRecord(msgspec.Struct, kw_only=True, frozen=True, tag="offset"):
     offset: int
     metadata: str = ""
     commit_timestamp_ms: int
+    leader_epoch: int = -1
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -71,6 +74,7 @@ class OffsetRecord(msgspec.Struct, kw_only=True, frozen=True, tag="offset"):
             offset=self.offset,
             metadata=self.metadata,
             commit_timestamp_ms=self.commit_timestamp_ms,
+            leader_epoch=self.leader_epoch,
         )
 
     @classmethod
@@ -84,6 +88,7 @@ class OffsetRecord(msgspec.Struct, kw_only=True, frozen=True, tag="offset"):
             offset=offset.offset,
             metadata=offset.metadata,
             commit_timestamp_ms=offset.commit_timestamp_ms,
+            leader_epoch=offset.leader_epoch,
         )
 
 

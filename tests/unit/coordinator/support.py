@@ -16,6 +16,7 @@ from herder.coordinator import (
     GroupStore,
     StoreCallback,
     TopicPartition,
+    collect_groups,
 )
 from herder.coordinator.messages import (
     DeleteGroupsRequest,
@@ -31,6 +32,7 @@ from herder.coordinator.messages import (
     JoinGroupResponse,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    LeavingMember,
     ListGroupsRequest,
     ListGroupsResponse,
     OffsetCommitPartition,
@@ -218,12 +220,14 @@ class Harness:
         rebalance_ms: int = REBALANCE_MS,
         protocol_type: str = "consumer",
         protocols: Sequence[tuple[str, bytes]] = DEFAULT_PROTOCOLS,
+        instance_id: str | None = None,
         reply: Reply[JoinGroupResponse] | None = None,
     ) -> Reply[JoinGroupResponse]:
         return self._send(
             JoinGroupRequest(
                 group_id=group_id,
                 member_id=member_id,
+                group_instance_id=instance_id,
                 client_id=client_id,
                 client_host="/127.0.0.1",
                 session_timeout_ms=session_ms,
@@ -247,6 +251,9 @@ class Harness:
         generation: int,
         assignments: Mapping[str, bytes] | None = None,
         *,
+        instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
         reply: Reply[SyncGroupResponse] | None = None,
     ) -> Reply[SyncGroupResponse]:
         items = [
@@ -258,17 +265,34 @@ class Harness:
                 generation_id=generation,
                 member_id=member_id,
                 assignments=items,
+                group_instance_id=instance_id,
+                protocol_type=protocol_type,
+                protocol_name=protocol_name,
             ),
             reply,
         )
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> Reply[HeartbeatResponse]:
+    def heartbeat(
+        self, group_id: str, member_id: str, generation: int, *, instance_id: str | None = None
+    ) -> Reply[HeartbeatResponse]:
         return self._send(
-            HeartbeatRequest(group_id=group_id, generation_id=generation, member_id=member_id)
+            HeartbeatRequest(
+                group_id=group_id,
+                generation_id=generation,
+                member_id=member_id,
+                group_instance_id=instance_id,
+            )
         )
 
     def leave(self, group_id: str, *member_ids: str) -> Reply[LeaveGroupResponse]:
         return self._send(LeaveGroupRequest(group_id=group_id, member_ids=list(member_ids)))
+
+    def leave_members(
+        self, group_id: str, *members: tuple[str, str | None]
+    ) -> Reply[LeaveGroupResponse]:
+        """LeaveGroup in its v3 form: (member id, group instance id) pairs."""
+        leaving = [LeavingMember(member_id=m, group_instance_id=i) for m, i in members]
+        return self._send(LeaveGroupRequest(group_id=group_id, members=leaving))
 
     def commit(
         self,
@@ -277,18 +301,28 @@ class Harness:
         *,
         member_id: str = "",
         generation: int = -1,
+        instance_id: str | None = None,
+        leader_epoch: int = -1,
     ) -> Reply[OffsetCommitResponse]:
         items = []
         for (topic, partition), value in offsets.items():
             offset, metadata = value if isinstance(value, tuple) else (value, "")
             items.append(
                 OffsetCommitPartition(
-                    topic=topic, partition=partition, offset=offset, metadata=metadata
+                    topic=topic,
+                    partition=partition,
+                    offset=offset,
+                    metadata=metadata,
+                    leader_epoch=leader_epoch,
                 )
             )
         return self._send(
             OffsetCommitRequest(
-                group_id=group_id, generation_id=generation, member_id=member_id, offsets=items
+                group_id=group_id,
+                generation_id=generation,
+                member_id=member_id,
+                offsets=items,
+                group_instance_id=instance_id,
             )
         )
 
@@ -334,6 +368,32 @@ class Harness:
             self.sync_all(formed)
         return formed
 
+    def form_static_group(
+        self, group_id: str, instances: Sequence[str], **join_kwargs: Any
+    ) -> FormedGroup:
+        """Bring static members ``instances`` into one Stable generation.
+
+        Static members join without a MEMBER_ID_REQUIRED round; they are joined while
+        the first rebalance waits (the harness's config must set an initial rebalance
+        delay), so one generation takes them all.
+        """
+        assert self.coordinator.config.group_initial_rebalance_delay_ms > 0
+        replies = [
+            self.join(group_id, client_id=i, instance_id=i, **join_kwargs) for i in instances
+        ]
+        while not all(reply.done for reply in replies):
+            self.advance(self.coordinator.config.group_initial_rebalance_delay_ms)
+        responses = [reply.value for reply in replies]
+        assert all(r.error_code == ErrorCode.NONE for r in responses), responses
+        formed = FormedGroup(
+            group_id,
+            [r.member_id for r in responses],
+            responses[0].leader,
+            responses[0].generation_id,
+        )
+        self.sync_all(formed)
+        return formed
+
     def sync_all(self, formed: FormedGroup) -> dict[str, bytes]:
         """Leader assigns ``b"to-<member>"`` to everyone; returns what each member got."""
         assignments = {m: f"to-{m}".encode() for m in formed.members}
@@ -348,3 +408,14 @@ class Harness:
             assert reply.error == ErrorCode.NONE, reply.value
             result[member] = reply.value.assignment
         return result
+
+
+def loaded_copy(h: Harness, now_ms: int) -> tuple[GroupCoordinator, FakeStore]:
+    """A second coordinator that loads what the first one stored (a new ensemble leader)."""
+    store = FakeStore()
+    coordinator = GroupCoordinator(store, random=Random(1))
+    coordinator.begin_loading(now_ms)
+    for stored in collect_groups(h.store.groups_log).values():
+        coordinator.load_group(stored.group_id, stored.record, stored.offsets, now_ms)
+    coordinator.finish_loading(now_ms)
+    return coordinator, store

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from herder.coordinator import collect_groups
+from herder.coordinator.messages import ListGroupsRequest, ListGroupsResponse
 from herder.errors import ErrorCode
 
-from .support import Harness
+from .support import Harness, Reply
 
 pytestmark = pytest.mark.unit
 
@@ -101,3 +102,21 @@ def test_delete_answers_once_the_deletions_are_stored_and_reports_store_errors()
         ErrorCode.NONE,
         ErrorCode.NOT_COORDINATOR,
     ]
+
+
+def test_list_groups_filters_by_state_in_any_case() -> None:
+    """KIP-518: ListGroups with a states filter; no filter lists every group."""
+    h = Harness()
+    h.form_group("stable", 1)
+    h.form_group("completing", 1, sync=False)
+    h.commit("empty", {("t", 0): 1})
+
+    def listed(*states: str) -> list[str]:
+        reply: Reply[ListGroupsResponse] = Reply()
+        h.coordinator.handle(ListGroupsRequest(states_filter=list(states)), h.now, reply)
+        return [g.group_id for g in reply.value.groups]
+
+    assert listed() == ["completing", "empty", "stable"]
+    assert listed("stable") == ["stable"]
+    assert listed("EMPTY", "CompletingRebalance") == ["completing", "empty"]
+    assert listed("Dead") == []

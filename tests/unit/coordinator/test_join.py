@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from herder.coordinator import CoordinatorConfig, GroupState
+from herder.coordinator import CoordinatorConfig, GroupState, collect_groups
 from herder.coordinator.messages import JoinGroupResponse
 from herder.errors import ErrorCode
 
@@ -323,3 +323,97 @@ def test_ten_thousand_members_share_one_timer_queue() -> None:
     h.advance(1)
     assert h.state("big") is GroupState.EMPTY
     assert h.group("big").generation_id == formed.generation + 1
+
+
+# -- the new-member join timeout (KIP-394) ---------------------------------------------
+
+
+def test_a_new_member_waiting_in_a_long_rebalance_is_dropped_at_the_new_member_timeout() -> None:
+    h = Harness(CoordinatorConfig(group_new_member_join_timeout_ms=60_000))
+    long_rebalance = 600_000
+    formed = h.form_group("g", 1, rebalance_ms=long_rebalance)
+    newcomer_id = h.new_member_id("g", client_id="new", rebalance_ms=long_rebalance)
+    newcomer = h.join("g", newcomer_id, client_id="new", rebalance_ms=long_rebalance)
+    assert h.state("g") is GroupState.PREPARING_REBALANCE
+    # the old member keeps its session with heartbeats but does not rejoin yet
+    for _ in range(6):
+        h.advance(SESSION_MS - 1)
+        h.heartbeat("g", formed.leader, formed.generation)
+    assert not newcomer.done
+    h.advance(60_000 - 6 * (SESSION_MS - 1))
+    assert newcomer.error == ErrorCode.UNKNOWN_MEMBER_ID
+    assert not h.group("g").has(newcomer_id)
+    rejoin = h.join("g", formed.leader, rebalance_ms=long_rebalance)
+    assert rejoin.error == ErrorCode.NONE
+    assert [m.member_id for m in rejoin.value.members] == [formed.leader]
+
+
+def test_a_member_already_in_a_generation_waits_out_the_rebalance_whatever_its_session() -> None:
+    h = Harness(CoordinatorConfig(group_new_member_join_timeout_ms=60_000))
+    long_rebalance = 600_000
+    formed = h.form_group("g", 2, rebalance_ms=long_rebalance)
+    parked = h.join("g", formed.leader, rebalance_ms=long_rebalance)
+    # its join is parked far beyond its session; the follower heartbeats, never rejoins
+    waited = 0
+    while waited + SESSION_MS < long_rebalance:
+        h.advance(SESSION_MS - 1)
+        waited += SESSION_MS - 1
+        h.heartbeat("g", formed.followers[0], formed.generation)
+    assert not parked.done and h.group("g").has(formed.leader)
+    h.advance(long_rebalance - waited)
+    assert parked.error == ErrorCode.NONE
+    assert [m.member_id for m in parked.value.members] == [formed.leader]
+
+
+def test_a_new_member_that_makes_it_into_a_generation_has_a_session_from_then_on() -> None:
+    h = Harness(CoordinatorConfig(group_new_member_join_timeout_ms=60_000))
+    formed = h.form_group("g", 1)
+    assert not h.group("g").get(formed.leader).is_new
+    h.advance(SESSION_MS - 1)
+    assert h.heartbeat("g", formed.leader, formed.generation).error == ErrorCode.NONE
+    h.advance(SESSION_MS)
+    assert not h.group("g").has(formed.leader)
+
+
+def test_the_new_member_timeout_is_a_coordinator_setting() -> None:
+    config = CoordinatorConfig.from_properties({"group.new.member.join.timeout.ms": "1234"})
+    assert config.group_new_member_join_timeout_ms == 1234
+    assert CoordinatorConfig().group_new_member_join_timeout_ms == 300_000
+
+
+# -- group.max.size on rejoins ----------------------------------------------------------
+
+
+def test_a_rebalance_over_capacity_refuses_and_removes_the_last_joiners() -> None:
+    h = Harness(CoordinatorConfig(group_max_size=3))
+    formed = h.form_group("g", 3)
+    stored = collect_groups(h.store.groups_log)["g"]
+    # a coordinator whose limit went down to two loads the group of three
+    smaller = Harness(CoordinatorConfig(group_max_size=2))
+    smaller.coordinator.unload_all()
+    smaller.coordinator.begin_loading(smaller.now)
+    smaller.coordinator.load_group("g", stored.record, stored.offsets, smaller.now)
+    smaller.coordinator.finish_loading(smaller.now)
+    assert smaller.state("g") is GroupState.PREPARING_REBALANCE
+    first, second, third = formed.members
+    assert smaller.heartbeat("g", third, formed.generation).error == (
+        ErrorCode.REBALANCE_IN_PROGRESS
+    )
+    replies = [smaller.join("g", member) for member in (third, first, second)]
+    assert replies[2].error == ErrorCode.GROUP_MAX_SIZE_REACHED
+    assert replies[2].value.member_id == ""
+    assert replies[0].error == replies[1].error == ErrorCode.NONE
+    assert sorted(m.member_id for m in (replies[0].value.members or replies[1].value.members)) == (
+        sorted([third, first])
+    )
+    assert not smaller.group("g").has(second)
+    assert smaller.heartbeat("g", second, formed.generation).error == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_a_full_stable_group_takes_back_its_own_members_but_no_one_else() -> None:
+    h = Harness(CoordinatorConfig(group_max_size=2))
+    formed = h.form_group("g", 2)
+    follower = formed.followers[0]
+    assert h.join("g", follower).error == ErrorCode.NONE
+    assert h.join("g", client_id="third").error == ErrorCode.GROUP_MAX_SIZE_REACHED
+    assert h.state("g") is GroupState.STABLE

@@ -24,7 +24,7 @@ from herder.coordinator.messages import (
 )
 from herder.errors import ErrorCode
 
-from .support import SESSION_MS, FakeStore, Harness, Reply
+from .support import REBALANCE_MS, SESSION_MS, FakeStore, Harness, Reply, loaded_copy
 
 pytestmark = pytest.mark.unit
 
@@ -112,17 +112,6 @@ def test_the_group_with_the_empty_id_keeps_offsets_across_a_reload_and_can_be_de
     assert [(o.topic, o.partition, o.offset) for o in fetch.value.offsets] == [("t", 0, 7)]
     assert h.delete("").error == ErrorCode.NONE
     assert h.fetched("") == {} and h.coordinator.group("") is None
-
-
-def loaded_copy(h: Harness, now_ms: int) -> tuple[GroupCoordinator, FakeStore]:
-    """A second coordinator that loads what the first one stored (a new ensemble leader)."""
-    store = FakeStore()
-    coordinator = GroupCoordinator(store, random=Random(1))
-    coordinator.begin_loading(now_ms)
-    for stored in collect_groups(h.store.groups_log).values():
-        coordinator.load_group(stored.group_id, stored.record, stored.offsets, now_ms)
-    coordinator.finish_loading(now_ms)
-    return coordinator, store
 
 
 def test_a_loaded_group_is_stable_with_its_members_assignments_and_offsets() -> None:
@@ -304,3 +293,44 @@ def test_a_store_completing_one_write_twice_is_refused_loudly() -> None:
     with pytest.raises(RuntimeError, match="completed one write twice"):
         write.callback(ErrorCode.NONE, 2)
     assert len(reply.responses) == 1
+
+
+@pytest.mark.parametrize("name", MEMBERSHIP_REQUESTS)
+def test_the_group_id_is_checked_before_the_coordinators_state(name: str) -> None:
+    """Kafka's ``validateGroupStatus`` order: an invalid group id is the caller's mistake,
+    whether or not this coordinator could serve it."""
+    inactive = GroupCoordinator(FakeStore(), random=Random(0))
+    assert send(inactive, requests("")[name]) == ErrorCode.INVALID_GROUP_ID
+    loading = GroupCoordinator(FakeStore(), random=Random(0))
+    loading.begin_loading(0)
+    assert send(loading, requests("")[name]) == ErrorCode.INVALID_GROUP_ID
+
+
+def test_unloading_a_group_leaves_nothing_of_it_answering_or_timed() -> None:
+    h = Harness(deferred=True)
+    retention_check = h.coordinator.next_deadline()
+    formed = h.form_group("g", 2, sync=False)
+    h.sync("g", formed.leader, formed.generation, {m: b"x" for m in formed.members})
+    h.store.complete_all()
+    # every kind of timer the group can hold: sessions, a pending id, a rebalance, a
+    # pending sync deadline, a new member's join timeout, a parked join and a parked sync
+    pending_id = h.new_member_id("g", client_id="late")
+    parked_join = h.join("g", pending_id, client_id="late")
+    static = h.join("g", instance_id="static")
+    assert h.state() is GroupState.PREPARING_REBALANCE
+    assert h.coordinator.next_deadline() != retention_check
+    writes = h.store.writes
+    h.coordinator.unload_group("g")
+    assert parked_join.error == ErrorCode.NOT_COORDINATOR
+    assert static.error == ErrorCode.NOT_COORDINATOR
+    # the only timer left is the coordinator's own retention check
+    assert h.coordinator.next_deadline() == retention_check
+    for name, request in requests("g").items():
+        if name not in ("list", "fence"):
+            assert send(h.coordinator, request) == ErrorCode.NOT_COORDINATOR, name
+    assert h.heartbeat("g", formed.leader, formed.generation).error == ErrorCode.NOT_COORDINATOR
+    assert h.join("g", pending_id).error == ErrorCode.NOT_COORDINATOR
+    # time running on sees no session of it expire and no rebalance of it complete
+    h.advance(REBALANCE_MS * 10)
+    assert h.store.writes == writes and not h.store.pending
+    assert h.coordinator.group("g") is None and h.list_groups().value.groups == []

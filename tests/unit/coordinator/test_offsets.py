@@ -172,3 +172,25 @@ def test_offsets_of_a_group_with_members_never_expire() -> None:
     assert h.fetched("g") == {("t", 0): 1}
     h.advance(MINUTE)
     assert h.fetched("g") == {}
+
+
+def test_a_committed_leader_epoch_is_stored_and_fetched() -> None:
+    h = Harness()
+    formed = h.form_group("g", 1)
+    h.commit("g", {("t", 0): 10}, member_id=formed.leader, generation=1, leader_epoch=4)
+    h.commit("g", {("t", 1): 20}, member_id=formed.leader, generation=1)
+    epochs = {(o.topic, o.partition): o.leader_epoch for o in h.fetch("g").value.offsets}
+    assert epochs == {("t", 0): 4, ("t", 1): -1}
+    reloaded = collect_groups(h.store.groups_log)["g"].offsets
+    assert {tp.partition: o.leader_epoch for tp, o in reloaded.items()} == {0: 4, 1: -1}
+
+
+def test_a_static_members_commit_names_its_instance() -> None:
+    h = Harness()
+    joined = h.join("g", instance_id="alpha").value
+    member = joined.member_id
+    h.sync("g", member, joined.generation_id, {member: b""})
+    ok = h.commit("g", {("t", 0): 1}, member_id=member, generation=1, instance_id="alpha")
+    assert ok.error == ErrorCode.NONE
+    other = h.commit("g", {("t", 0): 2}, member_id=member, generation=1, instance_id="beta")
+    assert other.error == ErrorCode.UNKNOWN_MEMBER_ID

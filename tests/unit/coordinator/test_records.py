@@ -122,3 +122,37 @@ def test_config_reads_kafka_names_and_refuses_bad_values() -> None:
         CoordinatorConfig(group_min_session_timeout_ms=10, group_max_session_timeout_ms=5)
     with pytest.raises(ConfigError, match=re.escape("group.max.size must be at least 1")):
         CoordinatorConfig(group_max_size=0)
+
+
+class _MemberRecordBefore(msgspec.Struct, kw_only=True, frozen=True):
+    """A member record as written before static membership: no instance id."""
+
+    member_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+
+
+class _GroupRecordBefore(msgspec.Struct, kw_only=True, frozen=True, tag="group"):
+    group_id: str
+    generation_id: int
+    state_timestamp_ms: int
+    members: list[_MemberRecordBefore] = []
+
+
+def test_static_members_and_leader_epochs_are_stored_and_older_records_still_read() -> None:
+    static = msgspec.structs.replace(
+        GROUP, members=[msgspec.structs.replace(GROUP.members[0], group_instance_id="worker-a")]
+    )
+    assert decode_groups_value(encode_record(static)) == static
+    epoch = msgspec.structs.replace(OFFSET, leader_epoch=12)
+    decoded_epoch = decode_groups_value(encode_record(epoch))
+    assert isinstance(decoded_epoch, OffsetRecord) and decoded_epoch.to_offset().leader_epoch == 12
+    old = _GroupRecordBefore(
+        group_id="g",
+        generation_id=1,
+        state_timestamp_ms=0,
+        members=[_MemberRecordBefore(member_id="m", session_timeout_ms=1, rebalance_timeout_ms=1)],
+    )
+    decoded = decode_groups_value(msgspec.msgpack.encode(old))
+    assert isinstance(decoded, GroupRecord) and decoded.members[0].group_instance_id is None
+    assert OFFSET.to_offset().leader_epoch == -1

@@ -170,3 +170,22 @@ def test_a_superseded_sync_is_answered_rebalance_in_progress() -> None:
     h.sync("g", formed.leader, formed.generation, {formed.followers[0]: b"f"})
     h.store.complete_all()
     assert second.value.assignment == b"f"
+
+
+def test_sync_checks_and_returns_the_protocol_type_and_name() -> None:
+    """KIP-559: a member says which protocol it synced for; a mismatch is refused."""
+    h = Harness()
+    formed = h.form_group("g", 2, sync=False)
+    join = h.join("g", formed.followers[0])
+    assert (join.value.protocol_type, join.value.protocol_name) == ("consumer", "range")
+    gen, leader, follower = formed.generation, formed.leader, formed.followers[0]
+    wrong_type = h.sync("g", follower, gen, protocol_type="connect")
+    wrong_name = h.sync("g", follower, gen, protocol_type="consumer", protocol_name="sticky")
+    assert wrong_type.error == wrong_name.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    parked = h.sync("g", follower, gen, protocol_type="consumer", protocol_name="range")
+    h.sync("g", leader, gen, {leader: b"a", follower: b"b"})
+    for reply in (parked, h.sync("g", leader, gen)):
+        assert reply.error == ErrorCode.NONE
+        assert (reply.value.protocol_type, reply.value.protocol_name) == ("consumer", "range")
+    # older members say nothing about it and are served as before
+    assert h.sync("g", follower, gen).value.assignment == b"b"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -172,8 +173,14 @@ def test_a_follower_joins_syncs_and_heartbeats() -> None:
     assert mm.start(1_000) == []  # once
 
     sync = only(mm.join_answered(join.token, joined(generation=4), 1_200), SendSync)
+    # KIP-559: the protocol type and name the JoinGroup answered go back with the sync
     assert sync.request == m.SyncGroupRequest(
-        group_id=GROUP, generation_id=4, member_id="m1", assignments=[]
+        group_id=GROUP,
+        generation_id=4,
+        member_id="m1",
+        assignments=[],
+        protocol_type="test",
+        protocol_name="rr",
     )
     assert mm.state is MemberState.SYNCING and mm.member_id == "m1"
     assert mm.generation is None
@@ -834,3 +841,26 @@ def test_random_histories_never_join_while_revoking_nor_await_two_rounds(
         if history.mm.state in (MemberState.FAILED, MemberState.CLOSED):
             assert_terminal(history.mm)
             return
+
+
+def test_a_static_member_names_its_instance_on_every_request_and_does_not_leave_on_close() -> None:
+    mm = machine(group_instance_id="worker-a")
+    join = only(mm.start(0), SendJoin)
+    assert join.request.group_instance_id == "worker-a"
+    sync = only(mm.join_answered(join.token, joined("worker-a-1", leader="m0"), 10), SendSync)
+    assert sync.request.group_instance_id == "worker-a"
+    assigned = mm.sync_answered(sync.token, m.SyncGroupResponse(assignment=b"a"), 20)
+    assert [type(e) for e in assigned] == [Assigned]
+    heartbeat = only(mm.tick(20 + INTERVAL_MS), SendHeartbeat)
+    assert heartbeat.request.group_instance_id == "worker-a"
+    # its place waits for a restart within the session timeout (KIP-345)
+    assert mm.close(30 + INTERVAL_MS) == []
+
+
+def test_a_restarted_static_leader_told_to_skip_the_assignment_does_not_assign() -> None:
+    mm = machine(group_instance_id="worker-a")
+    join = only(mm.start(0), SendJoin)
+    answer = joined("worker-a-2", leader="worker-a-2", members=["worker-a-2", "m9"])
+    answer = msgspec.structs.replace(answer, skip_assignment=True)
+    sync = only(mm.join_answered(join.token, answer, 10), SendSync)
+    assert sync.request.assignments == []

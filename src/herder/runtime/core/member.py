@@ -239,6 +239,7 @@ class MemberMachine:
         retry_backoff_max_ms: int = 2000,
         request_timeout_ms: int = 30_000,
         rng: random.Random,
+        group_instance_id: str | None = None,
     ) -> None:
         self.group_id = group_id
         self.protocol_type = protocol_type
@@ -254,6 +255,8 @@ class MemberMachine:
         #: for the requests of the shell outside the protocol's rounds (offsets)
         self.request_timeout_ms = request_timeout_ms
         self._rng = rng
+        #: a static member's instance id (KIP-345): it keeps its place across restarts
+        self.group_instance_id = group_instance_id
 
         self.state = MemberState.UNJOINED
         self.member_id = m.NO_MEMBER_ID
@@ -300,7 +303,7 @@ class MemberMachine:
             self.member_id = response.member_id
             self._joined = response
             self.state = MemberState.SYNCING
-            if response.leader == self.member_id:
+            if response.leader == self.member_id and not response.skip_assignment:
                 token = self._token()
                 self._awaited = _Awaited(_Kind.ASSIGN, token, None)
                 members = {member.member_id: member.metadata for member in response.members}
@@ -423,7 +426,9 @@ class MemberMachine:
         if self.state in (MemberState.FAILED, MemberState.CLOSED):
             return []
         out: list[Effect] = []
-        if leave and self.member_id:
+        # a static member does not leave when it stops: a restart within its session
+        # timeout takes its place back without a rebalance (KIP-345)
+        if leave and self.member_id and self.group_instance_id is None:
             request = m.LeaveGroupRequest(group_id=self.group_id, member_ids=[self.member_id])
             out.append(SendLeave(request))
         self._stop()
@@ -516,6 +521,7 @@ class MemberMachine:
             rebalance_timeout_ms=self.rebalance_timeout_ms,
             protocol_type=self.protocol_type,
             protocols=[m.JoinGroupProtocol(name=n, metadata=md) for n, md in self.protocols()],
+            group_instance_id=self.group_instance_id,
         )
         out.append(SendJoin(token, request))
 
@@ -529,6 +535,9 @@ class MemberMachine:
             generation_id=self._joined.generation_id,
             member_id=self.member_id,
             assignments=assignments,
+            group_instance_id=self.group_instance_id,
+            protocol_type=self.protocol_type,
+            protocol_name=self._joined.protocol_name,
         )
         out.append(SendSync(token, request))
 
@@ -541,6 +550,7 @@ class MemberMachine:
             group_id=self.group_id,
             generation_id=generation.generation_id,
             member_id=self.member_id,
+            group_instance_id=self.group_instance_id,
         )
         out.append(SendHeartbeat(token, request))
 

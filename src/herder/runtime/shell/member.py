@@ -103,6 +103,7 @@ class GroupMember:
         retry_backoff_ms: int = 100,
         request_timeout_ms: int = 30_000,
         connections: CoordinatorConnections | None = None,
+        group_instance_id: str | None = None,
     ) -> None:
         self.group_id = group_id
         self.client_id = client_id
@@ -124,7 +125,10 @@ class GroupMember:
             retry_backoff_ms=retry_backoff_ms,
             request_timeout_ms=request_timeout_ms,
             rng=random.Random(),
+            group_instance_id=group_instance_id,
         )
+        #: a static member needs JoinGroup version 1, which knows instance ids
+        self._min_version = 1 if group_instance_id is not None else 0
         # the machine times its requests out; the transport's timeout only ends a
         # request nobody abandoned, so it outlasts every deadline the machine sets
         self._backstop_s = (rebalance_timeout_ms + request_timeout_ms) / 1000 + 10
@@ -319,7 +323,9 @@ class GroupMember:
         async def send() -> None:
             error: HerderError
             try:
-                response = await self._link.request(api, request, timeout=self._backstop_s)
+                response = await self._link.request(
+                    api, request, timeout=self._backstop_s, min_version=self._min_version
+                )
             except HerderError as exc:
                 error = exc
             except OSError as exc:
