@@ -53,6 +53,7 @@ __all__ = [
     "TargetState",
     "connector_config_record",
     "connector_removal_record",
+    "connector_removal_records",
     "logger_level_record",
     "restart_request_record",
     "target_state_record",
@@ -117,6 +118,24 @@ def connector_config_record(name: str, config: Mapping[str, str]) -> ConfigRecor
 def connector_removal_record(name: str) -> ConfigRecord:
     """Delete connector ``name``, its task configs and its target state."""
     return f"{_CONNECTOR}{name}", None
+
+
+def connector_removal_records(name: str, task_count: int) -> list[ConfigRecord]:
+    """Every record that deletes connector ``name`` (of ``task_count`` tasks): its config,
+    then a tombstone for each other key it wrote.
+
+    A worker following the log forgets everything of the connector at the first record.
+    A worker that reads the log later reads it compacted: without the tombstones it would
+    find the deleted connector's target state, task configs and commit still there and
+    give them to a new connector of the same name (say, start it PAUSED), while the
+    workers that saw the deletion run it STARTED.
+    """
+    return [
+        connector_removal_record(name),
+        (f"{_TARGET_STATE}{name}", None),
+        *((f"{_TASK}{name}-{index}", None) for index in range(task_count)),
+        (f"{_COMMIT}{name}", None),
+    ]
 
 
 def task_config_record(task: ConnectorTaskId, config: Mapping[str, str]) -> ConfigRecord:

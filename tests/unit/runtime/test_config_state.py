@@ -318,3 +318,35 @@ def test_diff_target_state_change_is_handled_in_place(running: Log) -> None:
     result = diff(running, target_state_record("b", TargetState.PAUSED))
     assert result == ConfigDiff(target_states_changed=frozenset({"b"}))
     assert not result.needs_rebalance
+
+
+def test_a_worker_reading_the_compacted_log_agrees_with_one_that_followed_it() -> None:
+    """Delete a PAUSED connector of two tasks and create it again: a worker that reads
+    the log from the start after compaction must see what the live ones see."""
+    from herder.ensemble.state import StateMachine
+    from herder.ensemble.txn import Append, CreateLog, TxnHeader, WriteTxn
+    from herder.runtime.config_state import connector_removal_records
+
+    sm = StateMachine()
+    zxids = iter(range(1, 100))
+    live = ConfigState()
+
+    def write(*records: tuple[str, bytes | None]) -> None:
+        start = sm.end_offset("_configs")
+        ops = [Append("_configs", key.encode(), value) for key, value in records]
+        sm.apply(WriteTxn(TxnHeader((1 << 32) | next(zxids), 0), ops))
+        for offset, (key, value) in enumerate(records, start):
+            live.apply(offset, key, value)
+
+    sm.apply(WriteTxn(TxnHeader((1 << 32) | next(zxids), 0), [CreateLog("_configs", True)]))
+    write(connector_config_record("c", CONFIG), *task_config_records("c", [task(0), task(1)]))
+    write(target_state_record("c", TargetState.PAUSED))
+    write(*connector_removal_records("c", 2))
+    write(connector_config_record("c", {**CONFIG, "again": "yes"}))
+
+    fresh = ConfigState()
+    for record in sm.read("_configs", 0, 1000):
+        fresh.apply(record.offset, record.key.decode(), record.value)
+    assert view(fresh.snapshot()) == view(live.snapshot())
+    assert fresh.snapshot().target_state("c") is TargetState.STARTED
+    assert fresh.snapshot().tasks("c") == []

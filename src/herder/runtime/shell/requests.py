@@ -25,7 +25,7 @@ from herder.runtime.config_state import (
     RestartRequest,
     TargetState,
     connector_config_record,
-    connector_removal_record,
+    connector_removal_records,
     logger_level_record,
     restart_request_record,
     target_state_record,
@@ -206,7 +206,8 @@ class HerderRequests:
             await self.configs.read_to_end()
             if name not in self.configs.snapshot():
                 raise NotFound(f"Connector {name} not found")
-            await self._write_configs([connector_removal_record(name)])
+            task_count = self.configs.snapshot().task_count(name)
+            await self._write_configs(connector_removal_records(name, task_count))
             await self.configs.read_to_end()
             # a deleted connector's active topics go with it, as in Connect
             await self.statuses.delete_topics(name)
