@@ -24,7 +24,7 @@ from herder.dataplane.execution import SinkExecution, TaskExecutions
 from herder.dataplane.spark import POOL_PROPERTY
 from herder.errors import CoordinatorNotAvailable, HerderError, IllegalGeneration
 from herder.runtime.core.member import Generation
-from herder.runtime.protocol import ConnectorTaskId
+from herder.runtime.core.protocol import ConnectorTaskId
 from herder.runtime.worker_config import WorkerConfig
 
 pytestmark = pytest.mark.spark  # building an execution starts the process's Spark runtime

@@ -415,7 +415,7 @@ async def running_source(
     """``task`` run by a real source execution (on this loop, its task's calls on a
     thread of its own) meanwhile."""
     from herder.dataplane.execution import TaskExecutions
-    from herder.runtime.protocol import ConnectorTaskId
+    from herder.runtime.core.protocol import ConnectorTaskId
     from herder.runtime.worker import TaskControl
     from herder.runtime.worker_config import WorkerConfig
 

@@ -23,21 +23,21 @@ import pytest
 
 from herder.connect import Task
 from herder.ensemble.client import EnsembleClient
-from herder.runtime.config_state import (
+from herder.runtime.core.config_state import (
     TargetState,
     connector_config_record,
     task_config_records,
 )
 from herder.runtime.core.member import Generation
-from herder.runtime.plugins import Plugins
-from herder.runtime.protocol import (
+from herder.runtime.core.protocol import (
     Assignment,
     AssignmentError,
     ConnectorTaskId,
     encode_assignment,
 )
+from herder.runtime.core.status import State
+from herder.runtime.plugins import Plugins
 from herder.runtime.shell.herder import DistributedHerder
-from herder.runtime.status import State
 from herder.runtime.stores import ConfigStore
 from herder.runtime.worker import ExecutionFactory, TaskControl, Worker
 from herder.runtime.worker_config import WorkerConfig

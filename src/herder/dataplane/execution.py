@@ -69,7 +69,7 @@ from herder.errors import (
     UnknownMemberId,
 )
 from herder.runtime.core.member import Generation
-from herder.runtime.protocol import ConnectorTaskId
+from herder.runtime.core.protocol import ConnectorTaskId
 from herder.runtime.shell.member import GroupMember
 from herder.runtime.stores import OffsetStore
 from herder.runtime.worker import ExecutionFactory, TaskControl

@@ -19,13 +19,13 @@ from typing import Any
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.tailer import LogTailer
 from herder.ensemble.txn import Append, Op, Record
-from herder.runtime.config_state import (
+from herder.runtime.core.config_state import (
     ClusterConfigSnapshot,
     ConfigCommand,
     ConfigRecord,
     ConfigState,
 )
-from herder.runtime.status import (
+from herder.runtime.core.status import (
     Status,
     StatusView,
     TopicStatus,

@@ -53,10 +53,10 @@ from herder.connect import (
 from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.ensemble.client import EnsembleClient
 from herder.errors import HerderError
-from herder.runtime.config_state import TargetState
+from herder.runtime.core.config_state import TargetState
+from herder.runtime.core.protocol import ConnectorTaskId
+from herder.runtime.core.status import ConnectorStatus, State, TaskStatus, TopicStatus
 from herder.runtime.plugins import Plugins
-from herder.runtime.protocol import ConnectorTaskId
-from herder.runtime.status import ConnectorStatus, State, TaskStatus, TopicStatus
 from herder.runtime.stores import OffsetStore, StatusStore
 from herder.runtime.threads import DaemonThreadPool, TaskThread
 

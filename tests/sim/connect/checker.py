@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from herder.runtime.config_state import ConfigState, TargetState
-from herder.runtime.protocol import Assignment, ConnectorTaskId
-from herder.runtime.status import State, StatusView, decode_status
+from herder.runtime.core.config_state import ConfigState, TargetState
+from herder.runtime.core.protocol import Assignment, ConnectorTaskId
+from herder.runtime.core.status import State, StatusView, decode_status
 
 if TYPE_CHECKING:
     from tests.sim.connect.cluster import Simulation, SimWorker

@@ -43,7 +43,10 @@ from herder.coordinator.records import (
 from herder.ensemble.state import StateMachine
 from herder.ensemble.txn import Append, CreateLog, Op, TxnHeader, TxnResult, WriteTxn
 from herder.errors import CoordinatorNotAvailable, ErrorCode, HerderError, RequestTimedOut
-from herder.runtime.config_state import (
+from herder.runtime.core import effects as fx
+from herder.runtime.core import herder as herder_core
+from herder.runtime.core import member as mm
+from herder.runtime.core.config_state import (
     ConfigState,
     RestartRequest,
     TargetState,
@@ -53,18 +56,15 @@ from herder.runtime.config_state import (
     target_state_record,
     task_config_records,
 )
-from herder.runtime.core import effects as fx
-from herder.runtime.core import herder as herder_core
-from herder.runtime.core import member as mm
 from herder.runtime.core.herder import HerderCore
-from herder.runtime.protocol import (
+from herder.runtime.core.protocol import (
     ConnectorTaskId,
     decode_assignment,
     decode_metadata,
     encode_assignment,
     encode_metadata,
 )
-from herder.runtime.status import ConnectorStatus, State, StatusView, TaskStatus, status_record
+from herder.runtime.core.status import ConnectorStatus, State, StatusView, TaskStatus, status_record
 from tests.sim.connect.checker import Checker, Violation
 
 CONFIGS = "_configs"

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from herder.runtime.assignor import EagerAssignor
-from herder.runtime.config_state import (
+from herder.runtime.core.assignor import EagerAssignor
+from herder.runtime.core.config_state import (
     ClusterConfigSnapshot,
     ConfigRecord,
     ConfigState,
@@ -20,7 +20,12 @@ from herder.runtime.config_state import (
     task_config_record,
     task_config_records,
 )
-from herder.runtime.protocol import Assignment, AssignmentError, ConnectorTaskId, WorkerMetadata
+from herder.runtime.core.protocol import (
+    Assignment,
+    AssignmentError,
+    ConnectorTaskId,
+    WorkerMetadata,
+)
 
 pytestmark = pytest.mark.unit
 

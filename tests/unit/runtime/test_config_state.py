@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from herder.runtime.config_state import (
+from herder.runtime.core.config_state import (
     ClusterConfigSnapshot,
     ConfigDiff,
     ConfigRecord,
@@ -21,7 +21,7 @@ from herder.runtime.config_state import (
     task_config_record,
     task_config_records,
 )
-from herder.runtime.protocol import ConnectorTaskId
+from herder.runtime.core.protocol import ConnectorTaskId
 
 pytestmark = pytest.mark.unit
 
@@ -325,7 +325,7 @@ def test_a_worker_reading_the_compacted_log_agrees_with_one_that_followed_it() -
     the log from the start after compaction must see what the live ones see."""
     from herder.ensemble.state import StateMachine
     from herder.ensemble.txn import Append, CreateLog, TxnHeader, WriteTxn
-    from herder.runtime.config_state import connector_removal_records
+    from herder.runtime.core.config_state import connector_removal_records
 
     sm = StateMachine()
     zxids = iter(range(1, 100))

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from herder.connect import SourceConnector, SourceTask
-from herder.runtime.config_state import TargetState
+from herder.runtime.core.config_state import TargetState
+from herder.runtime.core.status import State
 from herder.runtime.plugins import Plugins
-from herder.runtime.status import State
 from herder.runtime.worker import Worker
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]

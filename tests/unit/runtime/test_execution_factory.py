@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from herder.connect import Task
-from herder.runtime.protocol import ConnectorTaskId
+from herder.runtime.core.protocol import ConnectorTaskId
 from herder.runtime.worker import ExecutionFactory, TaskControl, TaskExecution
 
 pytestmark = pytest.mark.unit

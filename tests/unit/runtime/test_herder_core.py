@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from herder.errors import InvalidSessionTimeout
-from herder.runtime.config_state import (
+from herder.runtime.core import effects as fx
+from herder.runtime.core.admission import NotFound, NotLeaderWorker, NotOwner
+from herder.runtime.core.config_state import (
     ConfigState,
     RestartRequest,
     TargetState,
@@ -14,12 +16,10 @@ from herder.runtime.config_state import (
     target_state_record,
     task_config_records,
 )
-from herder.runtime.core import effects as fx
-from herder.runtime.core.admission import NotFound, NotLeaderWorker, NotOwner
 from herder.runtime.core.herder import HerderCore
 from herder.runtime.core.member import Generation
-from herder.runtime.protocol import Assignment, ConnectorTaskId
-from herder.runtime.status import State, StatusView, TaskStatus
+from herder.runtime.core.protocol import Assignment, ConnectorTaskId
+from herder.runtime.core.status import State, StatusView, TaskStatus
 
 pytestmark = pytest.mark.unit
 
@@ -343,6 +343,6 @@ def test_restarting_work_that_runs_elsewhere_names_its_worker(log: Log) -> None:
 
 
 def _status(status: TaskStatus) -> tuple[str, bytes | None]:
-    from herder.runtime.status import status_record
+    from herder.runtime.core.status import status_record
 
     return status_record(status)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from herder.errors import ConfigError, NotSupported, ProtocolError, UnsupportedVersion
-from herder.runtime.protocol import (
+from herder.runtime.core.protocol import (
     Assignment,
     AssignmentError,
     ConnectorTaskId,

@@ -7,16 +7,15 @@ import logging
 
 import pytest
 
-from herder.runtime.config_state import (
+from herder.runtime.core.config_state import (
     ClusterLoggerLevel,
     ConfigState,
     RestartRequest,
     logger_level_record,
 )
-from herder.runtime.loggers import Loggers, UnknownLevel
-from herder.runtime.protocol import ConnectorTaskId as T
-from herder.runtime.restart import RestartPlan, more_impactful
-from herder.runtime.status import (
+from herder.runtime.core.protocol import ConnectorTaskId as T
+from herder.runtime.core.restart import RestartPlan, more_impactful
+from herder.runtime.core.status import (
     ConnectorStatus,
     State,
     StatusView,
@@ -24,6 +23,7 @@ from herder.runtime.status import (
     TopicStatus,
     topic_status_record,
 )
+from herder.runtime.loggers import Loggers, UnknownLevel
 from tests.golden.conformance import golden, names, problems
 
 pytestmark = pytest.mark.unit

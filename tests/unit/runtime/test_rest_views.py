@@ -18,12 +18,6 @@ from herder.errors import (
     error_from_code,
     with_advice,
 )
-from herder.runtime.config_state import (
-    ClusterConfigSnapshot,
-    ConfigState,
-    connector_config_record,
-    task_config_records,
-)
 from herder.runtime.core.admission import (
     AlreadyExists,
     ConfigChanged,
@@ -32,12 +26,18 @@ from herder.runtime.core.admission import (
     NotOwner,
     WrongWorker,
 )
+from herder.runtime.core.config_state import (
+    ClusterConfigSnapshot,
+    ConfigState,
+    connector_config_record,
+    task_config_records,
+)
+from herder.runtime.core.protocol import ConnectorTaskId as T
+from herder.runtime.core.status import ConnectorStatus, State, StatusView, TaskStatus, status_record
 from herder.runtime.loggers import UnknownLevel
 from herder.runtime.plugins import Plugins, UnknownPlugin
-from herder.runtime.protocol import ConnectorTaskId as T
 from herder.runtime.rest import views
 from herder.runtime.rest.errors import Conflict, Forbidden, herder_error
-from herder.runtime.status import ConnectorStatus, State, StatusView, TaskStatus, status_record
 from tests.golden.conformance import assert_conforms
 
 pytestmark = pytest.mark.unit

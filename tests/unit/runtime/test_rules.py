@@ -1,7 +1,7 @@
 import pytest
 
-from herder.runtime.protocol import Assignment, AssignmentError
-from herder.runtime.rules import (
+from herder.runtime.core.protocol import Assignment, AssignmentError
+from herder.runtime.core.rules import (
     AfterRebalance,
     ReconfigurationSchedule,
     RequestQueue,

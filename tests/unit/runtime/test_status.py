@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from herder.runtime.protocol import ConnectorTaskId
-from herder.runtime.status import (
+from herder.runtime.core.protocol import ConnectorTaskId
+from herder.runtime.core.status import (
     ConnectorStatus,
     State,
     Status,

@@ -10,4 +10,8 @@ replays a failing seed exactly.
 * :mod:`.member`: the group member's protocol (Kafka's AbstractCoordinator).
 * :mod:`.herder`: everything the distributed herder decides (its effects in
   :mod:`.effects`, the errors of request admission in :mod:`.admission`).
+* beside them, the pure pieces they decide with: the worker protocol's metadata and
+  assignments (:mod:`.protocol`), the eager assignor (:mod:`.assignor`), the config
+  log's state (:mod:`.config_state`), statuses (:mod:`.status`), restart plans
+  (:mod:`.restart`) and the herder's rules and schedules (:mod:`.rules`).
 """

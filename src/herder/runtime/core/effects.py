@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from herder.runtime.config_state import TargetState
+from herder.runtime.core.config_state import TargetState
 from herder.runtime.core.member import Generation
-from herder.runtime.protocol import ConnectorTaskId
+from herder.runtime.core.protocol import ConnectorTaskId
 
 
 @dataclass(frozen=True)

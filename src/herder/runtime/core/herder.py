@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from enum import Enum
 
 from herder.errors import HerderError
-from herder.runtime.assignor import EagerAssignor
-from herder.runtime.config_state import (
+from herder.runtime.core.admission import NotFound, NotLeaderWorker, NotOwner
+from herder.runtime.core.assignor import EagerAssignor
+from herder.runtime.core.config_state import (
     ClusterConfigSnapshot,
     ConfigDiff,
     RestartRequest,
     TargetState,
 )
-from herder.runtime.core.admission import NotFound, NotLeaderWorker, NotOwner
 from herder.runtime.core.effects import (
     BeginGeneration,
     Destroy,
@@ -57,10 +57,10 @@ from herder.runtime.core.effects import (
     WriteTaskConfigs,
 )
 from herder.runtime.core.member import Generation
-from herder.runtime.protocol import Assignment, ConnectorTaskId, WorkerMetadata
-from herder.runtime.restart import RestartPlan, more_impactful
-from herder.runtime.rules import AfterRebalance, ReconfigurationSchedule, after_rebalance
-from herder.runtime.status import StatusView
+from herder.runtime.core.protocol import Assignment, ConnectorTaskId, WorkerMetadata
+from herder.runtime.core.restart import RestartPlan, more_impactful
+from herder.runtime.core.rules import AfterRebalance, ReconfigurationSchedule, after_rebalance
+from herder.runtime.core.status import StatusView
 
 log = logging.getLogger(__name__)
 

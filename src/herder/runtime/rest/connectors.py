@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from herder.errors import ConfigError, HerderError
-from herder.runtime.config_state import RestartRequest, TargetState
+from herder.runtime.core.config_state import RestartRequest, TargetState
 from herder.runtime.rest import views
 from herder.runtime.rest.errors import Forbidden
 from herder.runtime.rest.responses import JsonReply

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from herder.runtime.protocol import ConnectorTaskId
+from herder.runtime.core.protocol import ConnectorTaskId
 from herder.runtime.rest import views
 from herder.runtime.rest.routing import RequestRouter, reply
 from herder.runtime.shell.herder import DistributedHerder

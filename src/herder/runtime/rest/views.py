@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.runtime.config_state import ClusterConfigSnapshot
 from herder.runtime.core.admission import NotFound
+from herder.runtime.core.config_state import ClusterConfigSnapshot
+from herder.runtime.core.protocol import ConnectorTaskId
+from herder.runtime.core.status import State, StatusView
 from herder.runtime.plugins import Plugins
-from herder.runtime.protocol import ConnectorTaskId
-from herder.runtime.status import State, StatusView
 
 __all__ = [
     "connector_info",

@@ -25,28 +25,28 @@ import httpx
 from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.ensemble.client import EnsembleClient
 from herder.errors import HerderError, RebalanceInProgress, ServerStopping
-from herder.runtime.assignor import EagerAssignor
-from herder.runtime.config_state import (
+from herder.runtime.connector_offsets import ConnectorOffsets
+from herder.runtime.core import effects as fx
+from herder.runtime.core.admission import NotFound
+from herder.runtime.core.assignor import EagerAssignor
+from herder.runtime.core.config_state import (
     ClusterConfigSnapshot,
     ClusterLoggerLevel,
     ConfigCommand,
     task_config_records,
 )
-from herder.runtime.connector_offsets import ConnectorOffsets
-from herder.runtime.core import effects as fx
-from herder.runtime.core.admission import NotFound
 from herder.runtime.core.herder import HerderCore
 from herder.runtime.core.member import Generation
-from herder.runtime.group_failure import out_of_group
-from herder.runtime.loggers import Loggers
-from herder.runtime.plugins import Plugins
-from herder.runtime.protocol import (
+from herder.runtime.core.protocol import (
     decode_assignment,
     decode_metadata,
     encode_assignment,
     encode_metadata,
 )
-from herder.runtime.rules import RequestQueue
+from herder.runtime.core.rules import RequestQueue
+from herder.runtime.group_failure import out_of_group
+from herder.runtime.loggers import Loggers
+from herder.runtime.plugins import Plugins
 from herder.runtime.shell.member import GroupMember
 from herder.runtime.shell.requests import HerderRequests
 from herder.runtime.stores import ConfigStore, OffsetStore, StatusStore

@@ -19,7 +19,10 @@ from herder.coordinator.apis import fencing_op
 from herder.coordinator.client import CoordinatorClient
 from herder.ensemble.txn import Op
 from herder.errors import CheckFailed, ConfigError, HerderError
-from herder.runtime.config_state import (
+from herder.runtime.connector_offsets import ConnectorOffsets, OffsetChange
+from herder.runtime.core import effects as fx
+from herder.runtime.core.admission import AlreadyExists, ConfigChanged, NotFound
+from herder.runtime.core.config_state import (
     ClusterLoggerLevel,
     ConfigRecord,
     RestartRequest,
@@ -31,14 +34,11 @@ from herder.runtime.config_state import (
     target_state_record,
     task_config_records,
 )
-from herder.runtime.connector_offsets import ConnectorOffsets, OffsetChange
-from herder.runtime.core import effects as fx
-from herder.runtime.core.admission import AlreadyExists, ConfigChanged, NotFound
 from herder.runtime.core.herder import HerderCore
+from herder.runtime.core.protocol import ConnectorTaskId
+from herder.runtime.core.restart import RestartPlan
 from herder.runtime.loggers import parse_level
 from herder.runtime.plugins import Plugins
-from herder.runtime.protocol import ConnectorTaskId
-from herder.runtime.restart import RestartPlan
 from herder.runtime.stores import ConfigStore, StatusStore
 from herder.runtime.validation import ConfigInfos
 from herder.runtime.worker import Worker

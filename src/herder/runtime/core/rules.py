@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Generic, TypeVar
 
-from herder.runtime.protocol import Assignment
+from herder.runtime.core.protocol import Assignment
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from herder.runtime.protocol import ConnectorTaskId
+from herder.runtime.core.protocol import ConnectorTaskId
 
 __all__ = [
     "ConnectorStatus",

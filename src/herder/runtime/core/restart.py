@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from herder.runtime.config_state import RestartRequest
-from herder.runtime.protocol import ConnectorTaskId
-from herder.runtime.status import ConnectorStatus, State, TaskStatus
+from herder.runtime.core.config_state import RestartRequest
+from herder.runtime.core.protocol import ConnectorTaskId
+from herder.runtime.core.status import ConnectorStatus, State, TaskStatus
 
 __all__ = ["RestartPlan", "more_impactful"]
 

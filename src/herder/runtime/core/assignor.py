@@ -12,8 +12,8 @@ import logging
 from collections.abc import Mapping
 from typing import Final
 
-from herder.runtime.config_state import ClusterConfigSnapshot, TargetState
-from herder.runtime.protocol import (
+from herder.runtime.core.config_state import ClusterConfigSnapshot, TargetState
+from herder.runtime.core.protocol import (
     Assignment,
     AssignmentError,
     ConnectorTaskId,

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from herder.runtime.protocol import ConnectorTaskId
+from herder.runtime.core.protocol import ConnectorTaskId
 
 __all__ = [
     "ClusterConfigSnapshot",
