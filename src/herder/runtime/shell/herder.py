@@ -196,7 +196,17 @@ class DistributedHerder(HerderRequests):
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
             client_id=self.worker_id,
             connections=self.connections,
+            group_instance_id=self.config.group_instance_id,
         )
+        if self.config.group_instance_id is not None:
+            log.info(
+                "worker %s is a static member of group %s with group.instance.id %s: a restart "
+                "within session.timeout.ms=%d keeps its work and rebalances no other worker",
+                self.worker_id,
+                self.config.group_id,
+                self.config.group_instance_id,
+                self.config.session_timeout_ms,
+            )
         await self.member.start()
         self._loop_task = asyncio.create_task(self._run(), name=f"herder-{self.worker_id}")
         # the tasks use this worker's session, coordinator connections and offsets, and
