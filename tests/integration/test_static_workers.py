@@ -131,9 +131,13 @@ class StatusWatch:
                         self.seen.append((task, now))
 
 
-@pytest.mark.parametrize("static", [True, False], ids=["static", "dynamic"])
+@pytest.mark.parametrize(
+    ("static", "leads"),
+    [(True, False), (True, True), (False, False)],
+    ids=["static-follower", "static-leader", "dynamic-follower"],
+)
 def test_a_restarted_worker_keeps_its_work_only_when_static(
-    processes: Processes, tmp_path: Path, static: bool
+    processes: Processes, tmp_path: Path, static: bool, leads: bool
 ) -> None:
     server = make_server(processes, tmp_path, **{"group.min.session.timeout.ms": 1000}).start()
     workers = Workers(processes, tmp_path, server)
@@ -160,9 +164,9 @@ def test_a_restarted_worker_keeps_its_work_only_when_static(
         assert m["rebalancing"] == 0 and m["completed-rebalances-total"] >= 1
     generation = metrics[urls[0]]["epoch"]
     assert {m["epoch"] for m in metrics.values()} == {generation}, metrics
-    # a worker that does not lead (a static leader's restart is not covered here)
+    # the leader, or a worker that does not lead
     leader = metrics[urls[0]]["leader-name"]
-    victim = next(url for url in urls if url != leader)
+    victim = next(url for url in urls if (url == leader) == leads)
     victim_id = victim.removeprefix("http://")
     others = [url for url in urls if url != victim]
     others_tasks = {t: owner for t, owner in before.items() if owner[0] != victim_id}
