@@ -70,6 +70,7 @@ from herder.errors import (
 )
 from herder.runtime.core.member import Generation
 from herder.runtime.core.protocol import ConnectorTaskId
+from herder.runtime.instance_ids import sink_task_instance_id
 from herder.runtime.shell.member import GroupMember
 from herder.runtime.stores import OffsetStore
 from herder.runtime.worker import ExecutionFactory, TaskControl
@@ -583,6 +584,7 @@ class SinkExecution(_Execution):
             rebalance_timeout_ms=self.runtime.config.rebalance_timeout_ms,
             client_id=f"task-{self.name}",
             connections=self.runtime.connections,
+            group_instance_id=self._group_instance_id(),
         )
         self.member = member
         self._partition_counts = {t: (await self.topics.get(t)).partitions for t in topics}
@@ -603,6 +605,14 @@ class SinkExecution(_Execution):
             await member.close(leave=True)
             await control.call(self.task.close, list(self.positions))
             await control.call(self.task.stop)
+
+    def _group_instance_id(self) -> str | None:
+        """A static worker's sink task is static too, so the worker's restart does not
+        rebalance its connector's group either; a dynamic worker's stays dynamic."""
+        worker_instance_id = self.runtime.config.group_instance_id
+        if worker_instance_id is None:
+            return None
+        return sink_task_instance_id(worker_instance_id, self.task_id.connector, self.task_id.task)
 
     def _assign_partitions(
         self, leader: str, protocol: str, members: Mapping[str, bytes]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from herder.config import ConfigDef, Importance, Range, Type, ValidString
+from herder.runtime.instance_ids import validate_group_instance_id
 from herder.runtime.stores import DEFAULT_CONFIG_LOG, DEFAULT_OFFSET_LOG, DEFAULT_STATUS_LOG
 
 WORKER_CONFIG = (
@@ -17,6 +18,19 @@ WORKER_CONFIG = (
         Type.STRING,
         importance=Importance.HIGH,
         documentation="The worker group this worker belongs to.",
+    )
+    .define(
+        "group.instance.id",
+        Type.STRING,
+        default=None,
+        validator=validate_group_instance_id,
+        importance=Importance.MEDIUM,
+        documentation="A unique id of this worker that stays the same across its restarts "
+        "(static membership, KIP-345): a worker restarted within session.timeout.ms takes "
+        "its place in the group back with its connectors and tasks, and no other worker is "
+        "rebalanced; its sink tasks derive static ids of their own from it. Unset (the "
+        "default), the worker is a dynamic member and a restart rebalances the group. At "
+        "most 249 of A-Z a-z 0-9 . _ -.",
     )
     .define(
         "bootstrap.servers",
@@ -112,6 +126,8 @@ class WorkerConfig:
     rest_request_timeout_ms: int = 90_000
     task_start_timeout_ms: int = 60_000
     connector_call_timeout_ms: int = 60_000
+    #: a static worker's ``group.instance.id`` (None: a dynamic member)
+    group_instance_id: str | None = None
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> WorkerConfig:
@@ -146,6 +162,7 @@ class WorkerConfig:
             rest_request_timeout_ms=v["rest.request.timeout.ms"],
             task_start_timeout_ms=v["task.start.timeout.ms"],
             connector_call_timeout_ms=v["connector.call.timeout.ms"],
+            group_instance_id=v["group.instance.id"],
         )
 
     def advertised_address(self, bound_port: int) -> str:

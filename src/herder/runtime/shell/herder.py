@@ -43,6 +43,7 @@ from herder.runtime.core.protocol import (
     encode_assignment,
     encode_metadata,
 )
+from herder.runtime.core.rebalance_metrics import RebalanceMetrics
 from herder.runtime.core.rules import RequestQueue
 from herder.runtime.group_failure import out_of_group
 from herder.runtime.loggers import Loggers
@@ -117,6 +118,8 @@ class DistributedHerder(HerderRequests):
             unsync_backoff_ms=config.worker_unsync_backoff_ms,
         )
         self._member_factory = member_factory
+        #: Connect's connect-worker-rebalance-metrics of this worker
+        self.rebalance_metrics = RebalanceMetrics()
         self.worker.on_task_reconfiguration = self._request_reconfiguration
         self.loggers = Loggers()
         self.connector_offsets = ConnectorOffsets(self.offsets, self.coordinator)
@@ -157,6 +160,10 @@ class DistributedHerder(HerderRequests):
     def failure(self) -> HerderError | None:
         return self.core.failure
 
+    def rebalance_metrics_now(self) -> dict[str, Any]:
+        """This worker's rebalance metrics under Connect's names."""
+        return self.rebalance_metrics.snapshot(_now_ms())
+
     def health(self) -> tuple[bool, str]:
         """Whether this worker is in its group with an assignment; if not, why not."""
         if self.failure is not None:
@@ -196,7 +203,18 @@ class DistributedHerder(HerderRequests):
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
             client_id=self.worker_id,
             connections=self.connections,
+            group_instance_id=self.config.group_instance_id,
         )
+        if self.config.group_instance_id is not None:
+            log.info(
+                "worker %s is a static member of group %s with group.instance.id %s: a restart "
+                "within session.timeout.ms=%d keeps its work and rebalances no other worker",
+                self.worker_id,
+                self.config.group_id,
+                self.config.group_instance_id,
+                self.config.session_timeout_ms,
+            )
+        self.rebalance_metrics.started(_now_ms())  # the first join is a rebalance too
         await self.member.start()
         self._loop_task = asyncio.create_task(self._run(), name=f"herder-{self.worker_id}")
         # the tasks use this worker's session, coordinator connections and offsets, and
@@ -259,6 +277,7 @@ class DistributedHerder(HerderRequests):
         herder loop, between two of its steps, and the member rejoins once it has."""
         self.worker.revoked()
         self.core.revoking()
+        self.rebalance_metrics.started(_now_ms())
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._revocations.append(done)
         self._wake.set()
@@ -416,6 +435,8 @@ class DistributedHerder(HerderRequests):
                         core.leader_epoch_taken(generation, epoch)
             case fx.BeginGeneration(generation=generation):
                 worker.assigned(generation.generation_id)
+                leader = core.assignment.leader_url if core.assignment is not None else ""
+                self.rebalance_metrics.completed(_now_ms(), generation.generation_id, leader)
             case fx.StartConnector():
                 self._start_connector(effect)
             case fx.StartTask():
