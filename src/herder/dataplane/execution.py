@@ -129,6 +129,8 @@ class TaskExecutions(ExecutionFactory):
         self._opened: asyncio.Task[None] | None = None
         self._retention: asyncio.Task[None] | None = None
         self._closed = False
+        #: the worker is stopping (its tasks end with it and come back with its restart)
+        self.stopping_worker = False
 
     def share(
         self,
@@ -143,6 +145,9 @@ class TaskExecutions(ExecutionFactory):
         self.offsets = offsets
         self.batches = _BatchMarkers(client)
         self._shared = True
+
+    def worker_stopping(self) -> None:
+        self.stopping_worker = True
 
     async def open(self) -> None:
         """Open the shared session and start following the source offsets (once)."""
@@ -602,7 +607,9 @@ class SinkExecution(_Execution):
                     # other workers' commits are seen at the next poll
                     await self.topics.wait_for_commit(marks, SINK_POLL_MS / 1000)
         finally:
-            await member.close(leave=True)
+            # a task that moves or ends leaves its group at once, even a static one;
+            # one that stops with its static worker keeps its place for the restart
+            await member.close(leave=None if self.runtime.stopping_worker else True)
             await control.call(self.task.close, list(self.positions))
             await control.call(self.task.stop)
 

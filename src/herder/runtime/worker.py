@@ -188,6 +188,10 @@ class ExecutionFactory(Protocol):
         transforms, converters, ``errors.*``), one line each; none by default."""
         return []
 
+    def worker_stopping(self) -> None:
+        """The worker is stopping: the tasks it stops from now on will run again in its
+        next process (a static worker's sink tasks keep their group places for it)."""
+
     async def close(self) -> None:
         """Stop what :meth:`open` started; the worker's tasks have stopped by now."""
 

@@ -857,6 +857,17 @@ def test_a_static_member_names_its_instance_on_every_request_and_does_not_leave_
     assert mm.close(30 + INTERVAL_MS) == []
 
 
+def test_a_static_member_told_to_leave_for_good_leaves_by_its_instance_id() -> None:
+    mm = machine(group_instance_id="worker-a")
+    join = only(mm.start(0), SendJoin)
+    sync = only(mm.join_answered(join.token, joined("worker-a-1", leader="m0"), 10), SendSync)
+    mm.sync_answered(sync.token, m.SyncGroupResponse(assignment=b"a"), 20)
+    leave = only(mm.close(30, leave=True), SendLeave)
+    assert leave.request.leaving() == [
+        m.LeavingMember(member_id="worker-a-1", group_instance_id="worker-a")
+    ]
+
+
 def test_a_restarted_static_leader_told_to_skip_the_assignment_does_not_assign() -> None:
     mm = machine(group_instance_id="worker-a")
     join = only(mm.start(0), SendJoin)

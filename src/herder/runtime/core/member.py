@@ -413,27 +413,38 @@ class MemberMachine:
         if self.generation is not None:
             self._give_up(out)
         if self.member_id:
-            request = m.LeaveGroupRequest(group_id=self.group_id, member_ids=[self.member_id])
-            out.append(SendLeave(request))
+            out.append(SendLeave(self._leave_request()))
         log.info("member %s leaves group %s", self.member_id or "(no id yet)", self.group_id)
         self.member_id = m.NO_MEMBER_ID
         self._stop()
         self.state = MemberState.LEFT
         return out
 
-    def close(self, now_ms: int, *, leave: bool = True) -> list[Effect]:
-        """Stop for good; leave the group first unless told not to."""
+    def close(self, now_ms: int, *, leave: bool | None = None) -> list[Effect]:
+        """Stop for good. ``leave``: None leaves the group unless the member is static
+        (a restart within its session timeout takes its place back without a rebalance,
+        KIP-345); True leaves it in any case (a static member is named by its instance
+        id, so its place goes with it); False stays (the session runs out instead)."""
         if self.state in (MemberState.FAILED, MemberState.CLOSED):
             return []
         out: list[Effect] = []
-        # a static member does not leave when it stops: a restart within its session
-        # timeout takes its place back without a rebalance (KIP-345)
-        if leave and self.member_id and self.group_instance_id is None:
-            request = m.LeaveGroupRequest(group_id=self.group_id, member_ids=[self.member_id])
-            out.append(SendLeave(request))
+        if leave is None:
+            leave = self.group_instance_id is None
+        if leave and self.member_id:
+            out.append(SendLeave(self._leave_request()))
         self._stop()
         self.state = MemberState.CLOSED
         return out
+
+    def _leave_request(self) -> m.LeaveGroupRequest:
+        if self.group_instance_id is None:
+            return m.LeaveGroupRequest(group_id=self.group_id, member_ids=[self.member_id])
+        return m.LeaveGroupRequest(
+            group_id=self.group_id,
+            members=[
+                m.LeavingMember(member_id=self.member_id, group_instance_id=self.group_instance_id)
+            ],
+        )
 
     def tick(self, now_ms: int) -> list[Effect]:
         """Whatever is due: a request past its deadline, the end of a backoff, a heartbeat."""

@@ -233,6 +233,8 @@ class DistributedHerder(HerderRequests):
             return
         self._stopping = True
         self.worker.revoked()  # nothing starts from now on
+        # the tasks stop because the worker does, not because they moved or ended
+        self.worker.execution_factory.worker_stopping()
         self._wake.set()
         if self._loop_task is not None:
             self._loop_task.cancel()
@@ -249,7 +251,8 @@ class DistributedHerder(HerderRequests):
         await self.worker.stop_all()
         self._finish_revocations()
         if self.member is not None:
-            await self.member.close(leave=True)
+            # a static worker keeps its place for its next process (KIP-345)
+            await self.member.close()
         for _, future in self._requests.drain():
             if not future.done():
                 future.set_exception(ServerStopping(self._stopping_message))

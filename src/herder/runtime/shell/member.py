@@ -216,8 +216,9 @@ class GroupMember:
         self._post(self._machine.leave, done)
         await done
 
-    async def close(self, *, leave: bool = True) -> None:
-        """Stop heartbeating and (by default) leave the group."""
+    async def close(self, *, leave: bool | None = None) -> None:
+        """Stop heartbeating; leave the group unless the member is static (``leave``
+        True leaves in any case, False never: see :meth:`MemberMachine.close`)."""
         if self._closed:
             return
         self._closed = True
