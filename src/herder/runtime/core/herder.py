@@ -375,10 +375,6 @@ class HerderCore:
     def next_due_ms(self) -> int | None:
         return self.reconfigure.next_due_ms()
 
-    @property
-    def has_pending_changes(self) -> bool:
-        return (self._config_dirty or bool(self._restarts)) and self.assignment is not None
-
     def _apply_config_change(self) -> None:
         new = self.snapshot
         diff = ConfigDiff.between(self.applied, new)
