@@ -346,3 +346,21 @@ def _status(status: TaskStatus) -> tuple[str, bytes | None]:
     from herder.runtime.core.status import status_record
 
     return status_record(status)
+
+
+def test_a_leader_that_computed_no_assignment_finds_the_owner_in_the_statuses(log: Log) -> None:
+    """A static leader back from a restart got its assignment without computing one."""
+    statuses = StatusView()
+    core = HerderCore("me:8083", ME, statuses=statuses, unsync_backoff_ms=500)
+    core.configs_read(log.state.snapshot())
+    gen = generation()
+    core.assigned(gen, assignment(log, connectors=(), tasks=()))
+    core.ready()
+    core.leader_epoch_taken(gen, 1)
+    core.ready()
+    with pytest.raises(NotOwner, match="nor, yet, to any other"):
+        core.restart_task(T0)
+    statuses.apply(*_status(TaskStatus(T0, State.RUNNING, "other:8083", 1)))
+    with pytest.raises(NotOwner) as refused:
+        core.restart_task(T0)
+    assert refused.value.target_url == "http://other:8083"

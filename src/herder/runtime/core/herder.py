@@ -462,7 +462,7 @@ class HerderCore:
             raise NotFound(f"Unknown connector: {name}")
         if name not in assignment.connectors:
             if self.is_leader:
-                raise NotOwner(f"Connector {name}", self.owners.get(name))
+                raise NotOwner(f"Connector {name}", self.owner_url(name))
             raise NotLeaderWorker(self.leader_url)
         self._stop_connector(name)
         self._start_connector(name, config, self.snapshot)
@@ -476,11 +476,26 @@ class HerderCore:
             raise NotFound(f"Unknown task: {task_id}")
         if task_id not in assignment.tasks:
             if self.is_leader:
-                raise NotOwner(f"Task {task_id}", self.owners.get(task_id))
+                raise NotOwner(f"Task {task_id}", self.owner_url(task_id))
             raise NotLeaderWorker(self.leader_url)
         self._emit(StopTasks((task_id,)))
         self._start_task(task_id, self.snapshot)
         return self.ready()
+
+    def owner_url(self, what: str | ConnectorTaskId) -> str | None:
+        """Leader: the REST URL of the worker that runs ``what``. From the assignment this
+        leader computed; failing that (a static leader that restarted got its assignment
+        back without computing one), from the worker id its status names, which is that
+        worker's advertised host:port."""
+        url = self.owners.get(what)
+        if url is not None:
+            return url
+        view = self.statuses
+        status = view.connector(what) if isinstance(what, str) else view.task(what)
+        if status is None or not status.worker_id or status.worker_id == self.worker_id:
+            return None
+        scheme = self.url.split("://", 1)[0] if "://" in self.url else "http"
+        return f"{scheme}://{status.worker_id}"
 
     # -- task configs ---------------------------------------------------------------------
 
