@@ -350,3 +350,40 @@ def test_a_worker_reading_the_compacted_log_agrees_with_one_that_followed_it() -
     assert view(fresh.snapshot()) == view(live.snapshot())
     assert fresh.snapshot().target_state("c") is TargetState.STARTED
     assert fresh.snapshot().tasks("c") == []
+
+
+def test_a_worker_behind_a_deletion_forgets_the_task_set_when_compaction_took_its_record() -> None:
+    """A worker that had read up to before a connector's deletion reads on after the
+    connector was created again: compaction has replaced the deletion's first record
+    with the new config, so only the task and commit tombstones tell it the old tasks
+    are gone."""
+    from herder.ensemble.state import StateMachine
+    from herder.ensemble.txn import Append, CreateLog, TxnHeader, WriteTxn
+    from herder.runtime.core.config_state import connector_removal_records
+
+    sm = StateMachine()
+    zxids = iter(range(1, 100))
+    live, behind = ConfigState(), ConfigState()
+
+    def write(*records: tuple[str, bytes | None]) -> None:
+        start = sm.end_offset("_configs")
+        ops = [Append("_configs", key.encode(), value) for key, value in records]
+        sm.apply(WriteTxn(TxnHeader((1 << 32) | next(zxids), 0), ops))
+        for offset, (key, value) in enumerate(records, start):
+            live.apply(offset, key, value)
+
+    def read(state: ConfigState, start: int) -> int:
+        for record in sm.read("_configs", start, 1000):
+            state.apply(record.offset, record.key.decode(), record.value)
+            start = record.offset + 1
+        return start
+
+    sm.apply(WriteTxn(TxnHeader((1 << 32) | next(zxids), 0), [CreateLog("_configs", True)]))
+    write(connector_config_record("c", CONFIG), *task_config_records("c", [task(0), task(1)]))
+    position = read(behind, 0)
+    assert behind.snapshot().tasks("c") == [T("c", 0), T("c", 1)]
+    write(*connector_removal_records("c", 2))
+    write(connector_config_record("c", {**CONFIG, "again": "yes"}))
+    read(behind, position)
+    assert view(behind.snapshot()) == view(live.snapshot())
+    assert behind.snapshot().tasks("c") == []

@@ -315,12 +315,18 @@ class ConfigState:
         name, sep, index = task.rpartition("-")
         if not sep or not name or not (index.isascii() and index.isdigit()):
             raise ValueError("expected task-<connector>-<index>")
-        if value is None:  # Connect never writes these; nothing staged to undo
+        if value is None:  # a deleted connector's (connector_removal_records)
+            self._staged.get(name, {}).pop(int(index), None)
             return
         self._staged.setdefault(name, {})[int(index)] = _properties(value)
 
     def _commit_tasks(self, name: str, value: bytes | None) -> None:
         if value is None:
+            # a deleted connector's task set: a worker that read the log past the
+            # deletion's first record after compaction removed it learns it here
+            self._task_configs.pop(name, None)
+            self._task_commits.pop(name, None)
+            self._inconsistent.discard(name)
             return
         count = _object(value)["tasks"]
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
