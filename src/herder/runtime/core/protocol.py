@@ -24,6 +24,8 @@ from herder.errors import ConfigError, NotSupported, ProtocolError, UnsupportedV
 __all__ = [
     "CONNECT_PROTOCOL_CONFIG",
     "CONNECT_PROTOCOL_V0",
+    "CONNECT_PROTOCOL_V1",
+    "CONNECT_PROTOCOL_V2",
     "Assignment",
     "AssignmentError",
     "ConnectProtocol",
@@ -37,8 +39,15 @@ __all__ = [
 ]
 
 CONNECT_PROTOCOL_CONFIG: Final = "connect.protocol"
-#: The only version written so far; decoding accepts any version at or above it.
+#: The eager protocol's messages; decoding accepts any version at or above it.
 CONNECT_PROTOCOL_V0: Final = 0
+#: Incremental cooperative rebalancing (KIP-415, ``compatible``): the metadata also says
+#: what the worker holds, the assignment also what it must give up and for how long lost
+#: work is held back.
+CONNECT_PROTOCOL_V1: Final = 1
+#: The same messages under ``sessioned`` (KIP-507: internal requests signed with the
+#: leader's session key).
+CONNECT_PROTOCOL_V2: Final = 2
 
 
 class ConnectProtocol(StrEnum):
@@ -104,11 +113,18 @@ class AssignmentError(IntEnum):
 class WorkerMetadata(msgspec.Struct, frozen=True, kw_only=True):
     """What a worker says about itself when it joins: how far it has read the config log
     (so the leader can tell whether it is behind) and where its REST API answers (so
-    others can forward requests to it when it leads)."""
+    others can forward requests to it when it leads).
+
+    Under the cooperative protocols (version 1 and up) ``connectors`` and ``tasks`` are
+    the work the worker holds as it joins, which the leader leaves where it is unless it
+    must move; an eager worker holds nothing when it joins and leaves them empty.
+    """
 
     version: int = CONNECT_PROTOCOL_V0
     config_offset: int
     url: str
+    connectors: tuple[str, ...] = ()
+    tasks: tuple[ConnectorTaskId, ...] = ()
 
 
 class Assignment(msgspec.Struct, frozen=True, kw_only=True):
@@ -118,6 +134,14 @@ class Assignment(msgspec.Struct, frozen=True, kw_only=True):
     member that has read less must catch up before starting anything. ``error`` is an
     int rather than :class:`AssignmentError` so that a code added by a newer leader still
     decodes (and counts as :attr:`failed`) on an older worker.
+
+    Under the cooperative protocols ``connectors`` and ``tasks`` are everything the member
+    holds after this round: what it kept plus what it is given. (Connect sends only the
+    additions and has the member add what it kept; the whole says the same and spares the
+    member a merge that could drift.) ``revoked_connectors`` and ``revoked_tasks`` are
+    what it must stop, after which it rejoins so the leader can hand them on; ``delay``
+    (ms) is how long the work of a departed worker is held back for its return, after
+    which the members rejoin to have it reassigned.
     """
 
     version: int = CONNECT_PROTOCOL_V0
@@ -127,6 +151,9 @@ class Assignment(msgspec.Struct, frozen=True, kw_only=True):
     config_offset: int
     connectors: tuple[str, ...] = ()
     tasks: tuple[ConnectorTaskId, ...] = ()
+    revoked_connectors: tuple[str, ...] = ()
+    revoked_tasks: tuple[ConnectorTaskId, ...] = ()
+    delay: int = 0
 
     @property
     def failed(self) -> bool:
