@@ -741,10 +741,10 @@ class History:
                 assert not self.rounds and not self.heartbeats
                 self.heartbeats[effect.token] = self.now
             elif isinstance(effect, Revoke):
-                if not self.mm.cooperative:
+                if not self.mm.cooperative_protocols:
                     assert not self.revoking, "a second Revoke before the first was done"
                 self.revoking += 1
-            elif isinstance(effect, Assigned) and self.mm.cooperative:
+            elif isinstance(effect, Assigned) and self.mm.cooperative_protocols:
                 self.revoking += 1
             elif isinstance(effect, Failed):
                 assert effect is effects[-1], "nothing after Failed"
@@ -839,7 +839,7 @@ class History:
 def test_random_histories_never_join_while_revoking_nor_await_two_rounds(
     cooperative: bool, seed: int, steps: list[tuple[str, int, int]]
 ) -> None:
-    history = History(machine(seed, cooperative=cooperative))
+    history = History(machine(seed, cooperative_protocols={"rr"} if cooperative else ()))
     history.feed(history.mm.start(0))
     for action, pick, amount in steps:
         history.step(action, pick, amount)
@@ -886,7 +886,7 @@ def test_a_restarted_static_leader_told_to_skip_the_assignment_does_not_assign()
 
 
 def test_a_cooperative_member_keeps_its_work_across_a_rebalance() -> None:
-    mm = machine(cooperative=True)
+    mm = machine(cooperative_protocols={"rr"})
     generation = to_stable(mm, 0)
     assert mm.revoked(0) == []  # the first assignment revoked nothing
     beat = heartbeat_at(mm, INTERVAL_MS)
@@ -900,7 +900,7 @@ def test_a_cooperative_member_keeps_its_work_across_a_rebalance() -> None:
 
 
 def test_a_cooperative_member_joins_only_after_what_its_assignment_revoked_has_stopped() -> None:
-    mm = machine(cooperative=True)
+    mm = machine(cooperative_protocols={"rr"})
     to_stable(mm, 0)
     # the holder is stopping the revoked work; a rebalance starts meanwhile
     beat = heartbeat_at(mm, INTERVAL_MS)
@@ -915,7 +915,7 @@ def test_a_cooperative_member_joins_only_after_what_its_assignment_revoked_has_s
 
 
 def test_a_cooperative_member_rejoins_when_asked_after_a_revocation() -> None:
-    mm = machine(cooperative=True)
+    mm = machine(cooperative_protocols={"rr"})
     to_stable(mm, 0)
     assert mm.request_rejoin(10) == []  # the revoked work has not stopped yet
     only(mm.revoked(20), SendJoin)
@@ -927,7 +927,7 @@ def test_a_cooperative_member_rejoins_when_asked_after_a_revocation() -> None:
 def test_a_cooperative_member_whose_generation_went_on_without_it_gives_everything_up(
     code: ErrorCode,
 ) -> None:
-    mm = machine(cooperative=True)
+    mm = machine(cooperative_protocols={"rr"})
     generation = to_stable(mm, 0)
     mm.revoked(0)
     beat = heartbeat_at(mm, INTERVAL_MS)
@@ -938,7 +938,7 @@ def test_a_cooperative_member_whose_generation_went_on_without_it_gives_everythi
 
 
 def test_a_cooperative_member_forgotten_by_the_coordinator_gives_everything_up() -> None:
-    mm = machine(cooperative=True)
+    mm = machine(cooperative_protocols={"rr"})
     generation = to_stable(mm, 0)
     mm.revoked(0)
     beat = heartbeat_at(mm, INTERVAL_MS)
@@ -952,9 +952,17 @@ def test_a_cooperative_member_forgotten_by_the_coordinator_gives_everything_up()
 
 
 def test_a_cooperative_member_that_leaves_gives_everything_up() -> None:
-    mm = machine(cooperative=True)
+    mm = machine(cooperative_protocols={"rr"})
     generation = to_stable(mm, 0)
     mm.revoked(0)
     effects = mm.leave(100)
     assert kinds(effects) == [Revoke, SendLeave]
     assert effects[0] == Revoke(generation)
+
+
+def test_a_generation_of_an_eager_protocol_revokes_before_the_join_as_ever() -> None:
+    mm = machine(cooperative_protocols={"sessioned"})  # the group chose "rr"
+    generation = to_stable(mm, 0)
+    assert mm.revoked(0) == []  # no revocation opened by an eager assignment
+    assert mm.request_rejoin(10) == [Revoke(generation)]
+    only(mm.revoked(20), SendJoin)

@@ -45,8 +45,9 @@ stop when the JoinGroup is sent. A heartbeat answered REBALANCE_IN_PROGRESS star
 FENCED too, but stop the heartbeats, whose generation is over; a coordinator error or a
 lost heartbeat drops the coordinator and the heartbeats go on against the next one.
 
-**Cooperative mode** (``cooperative=True``, Connect's ``compatible`` and ``sessioned``
-protocols, KIP-415): the member keeps its work across a rejoin, so no :class:`Revoke`
+**Cooperative mode** (a generation whose protocol is one of ``cooperative_protocols``,
+Connect's ``compatible`` and ``sessioned``, KIP-415): the member keeps its work across a
+rejoin, so no :class:`Revoke`
 precedes a join. Instead every :class:`Assigned` opens a revocation: the holder stops
 what the assignment revokes (perhaps nothing), calls ``revoked`` and, if it stopped
 anything, ``request_rejoin`` so the leader can hand it on; no JoinGroup goes out in
@@ -70,7 +71,7 @@ from __future__ import annotations
 import enum
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from herder.coordinator import messages as m
@@ -252,7 +253,7 @@ class MemberMachine:
         request_timeout_ms: int = 30_000,
         rng: random.Random,
         group_instance_id: str | None = None,
-        cooperative: bool = False,
+        cooperative_protocols: Collection[str] = (),
     ) -> None:
         self.group_id = group_id
         self.protocol_type = protocol_type
@@ -270,8 +271,9 @@ class MemberMachine:
         self._rng = rng
         #: a static member's instance id (KIP-345): it keeps its place across restarts
         self.group_instance_id = group_instance_id
-        #: keep the work across rejoins; revocations come with assignments (KIP-415)
-        self.cooperative = cooperative
+        #: in a generation of these protocols the member keeps its work across rejoins
+        #: and revocations come with assignments (KIP-415)
+        self.cooperative_protocols = frozenset(cooperative_protocols)
 
         self.state = MemberState.UNJOINED
         self.member_id = m.NO_MEMBER_ID
@@ -381,7 +383,7 @@ class MemberMachine:
             self._heartbeat_due_ms = now_ms + self.heartbeat_interval_ms
             self._generation_lost = False
             out.append(Assigned(generation, response.assignment))
-            if self.cooperative:
+            if generation.protocol in self.cooperative_protocols:
                 self._revocations += 1
         else:
             self._round_failed(_Kind.SYNC, self._error(_Kind.SYNC, code), now_ms, out)
@@ -505,7 +507,10 @@ class MemberMachine:
     def _advance(self, now_ms: int, out: list[Effect]) -> list[Effect]:
         """Send what the state calls for now: the JoinGroup of a round, a heartbeat."""
         if self._joins_waiting():
-            if self.generation is not None and (not self.cooperative or self._generation_lost):
+            held = self.generation
+            if held is not None and (
+                held.protocol not in self.cooperative_protocols or self._generation_lost
+            ):
                 self._give_up(out)
             if self._revocations:
                 self.state = MemberState.REVOKING
