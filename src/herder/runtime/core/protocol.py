@@ -1,10 +1,13 @@
 """The worker group protocol: what workers tell the leader, and what the leader tells them back.
 
-Workers join the group ``group.id`` at the coordinator with one *protocol*, ``eager``
-(Kafka Connect's ``connect.protocol=eager``): on every rebalance each worker stops all of
-its work, joins with its :class:`WorkerMetadata`, and the leader hands each member an
-:class:`Assignment`. The coordinator only relays these as opaque bytes, so the encoding
-here is the whole contract between workers of different versions.
+Workers join the group ``group.id`` at the coordinator offering the *protocols* of
+:class:`ConnectProtocol` their ``connect.protocol`` allows, and the coordinator picks the
+one all members offer. Under ``eager`` each worker stops all of its work before it joins;
+under ``compatible`` and ``sessioned`` (KIP-415) it keeps its work and says so in its
+:class:`WorkerMetadata`, and the :class:`Assignment` names what it must give up. Either
+way the leader hands each member an :class:`Assignment`. The coordinator only relays
+these as opaque bytes, so the encoding here is the whole contract between workers of
+different versions.
 
 Both messages are MessagePack maps whose first key is ``version``. A newer worker may
 only *add* fields: an older one decodes the fields it knows and ignores the rest, which is
@@ -19,13 +22,14 @@ from typing import Final, TypeVar
 
 import msgspec
 
-from herder.errors import ConfigError, NotSupported, ProtocolError, UnsupportedVersion
+from herder.errors import ConfigError, ProtocolError, UnsupportedVersion
 
 __all__ = [
     "CONNECT_PROTOCOL_CONFIG",
     "CONNECT_PROTOCOL_V0",
     "CONNECT_PROTOCOL_V1",
     "CONNECT_PROTOCOL_V2",
+    "COOPERATIVE_PROTOCOLS",
     "Assignment",
     "AssignmentError",
     "ConnectProtocol",
@@ -55,30 +59,44 @@ class ConnectProtocol(StrEnum):
 
     #: stop everything, rejoin, start what the new assignment says (Connect before KIP-415)
     EAGER = "eager"
+    #: incremental cooperative rebalancing (KIP-415): only what must move stops
+    COMPATIBLE = "compatible"
+    #: the same, with internal requests signed by the leader's session key (KIP-507)
+    SESSIONED = "sessioned"
+
+    @property
+    def cooperative(self) -> bool:
+        return self is not ConnectProtocol.EAGER
+
+    @property
+    def version(self) -> int:
+        """The version of the messages this protocol sends (Connect's numbering)."""
+        return _VERSIONS[self]
+
+    def offered(self) -> tuple[ConnectProtocol, ...]:
+        """What a worker set to this protocol offers when it joins, most preferred first:
+        a newer protocol also offers the older ones, so a group of mixed settings agrees on
+        the newest that all of its workers speak (Connect's ConnectProtocolCompatibility)."""
+        order = (ConnectProtocol.SESSIONED, ConnectProtocol.COMPATIBLE, ConnectProtocol.EAGER)
+        return order[order.index(self) :]
 
 
-# Connect's later protocols, named so a user who copies a modern worker config learns at
-# once that they are absent rather than reading "invalid value".
-_UNSUPPORTED_PROTOCOLS: Final = {
-    "compatible": "incremental cooperative rebalancing (KIP-415)",
-    "sessioned": "incremental cooperative rebalancing with session keys (KIP-507)",
+_VERSIONS: Final = {
+    ConnectProtocol.EAGER: CONNECT_PROTOCOL_V0,
+    ConnectProtocol.COMPATIBLE: CONNECT_PROTOCOL_V1,
+    ConnectProtocol.SESSIONED: CONNECT_PROTOCOL_V2,
 }
+
+#: the protocol names under which a worker keeps its work across rebalances
+COOPERATIVE_PROTOCOLS: Final = frozenset(p.value for p in ConnectProtocol if p.cooperative)
 
 
 def parse_connect_protocol(value: str) -> ConnectProtocol:
-    """The protocol named by the worker's ``connect.protocol`` setting.
-
-    Raises NotSupported for Connect's cooperative protocols, which herder does not
-    implement, and ConfigError for anything else that is not a protocol name.
-    """
+    """The protocol named by the worker's ``connect.protocol`` setting; ConfigError for
+    anything that is not a protocol name."""
     name = value.strip().lower()
     if name in {p.value for p in ConnectProtocol}:
         return ConnectProtocol(name)
-    if name in _UNSUPPORTED_PROTOCOLS:
-        raise NotSupported(
-            f"{CONNECT_PROTOCOL_CONFIG}={name} ({_UNSUPPORTED_PROTOCOLS[name]}) is not "
-            f"supported; set {CONNECT_PROTOCOL_CONFIG}=eager"
-        )
     valid = ", ".join(p.value for p in ConnectProtocol)
     raise ConfigError(
         f"Invalid value {value!r} for configuration {CONNECT_PROTOCOL_CONFIG}: "
