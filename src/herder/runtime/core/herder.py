@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+import msgspec
+
 from herder.errors import HerderError
 from herder.runtime.core.admission import NotFound, NotLeaderWorker, NotOwner
 from herder.runtime.core.assignor import EagerAssignor
@@ -295,6 +297,11 @@ class HerderCore:
                 or (isinstance(e, StartTask) and e.task_id in tasks)
             )
         ]
+        running = self.assignment
+        if running is not None:
+            # config changes and restarts act on the running assignment until the new
+            # one starts: the revoked work is no longer part of it
+            self.assignment = without(running, connectors, tasks)
         for name in sorted(connectors & self._instances.keys()):
             self._stop_connector(name)
         stopping = tuple(sorted(tasks & self._tasks))
@@ -780,6 +787,17 @@ class HerderCore:
         self.failure = error
         self.member_generation = None
         self._handling = None
+
+
+def without(
+    assignment: Assignment, connectors: set[str], tasks: set[ConnectorTaskId]
+) -> Assignment:
+    """``assignment`` less the given connectors and tasks."""
+    return msgspec.structs.replace(
+        assignment,
+        connectors=tuple(c for c in assignment.connectors if c not in connectors),
+        tasks=tuple(t for t in assignment.tasks if t not in tasks),
+    )
 
 
 def _starts_work(effect: Effect) -> bool:
