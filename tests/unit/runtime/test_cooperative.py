@@ -273,3 +273,39 @@ def test_after_the_follow_up_round_everything_runs_balanced_within_one(
     assert {m: (a.connectors, a.tasks) for m, a in settled.items()} == {
         m: (a.connectors, a.tasks) for m, a in follow_up.items()
     }
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters(), st.data())
+def test_a_departed_members_work_waits_for_the_delay_then_runs_everywhere_balanced(
+    cluster: tuple[ClusterConfigSnapshot, dict[str, WorkerMetadata]], data: st.DataObject
+) -> None:
+    snapshot, group = cluster
+    if len(group) < 2:
+        return
+    assignor = CooperativeAssignor(max_delay_ms=1_000)
+    leader = sorted(group)[0]
+    first, memory = assignor.assign(leader, group, snapshot, Memory(), 0)
+    settled, memory = assignor.assign(leader, holding(snapshot.offset, first), snapshot, memory, 1)
+    gone = data.draw(st.sampled_from([m for m in sorted(group) if m != leader]))
+    rest = {m: md for m, md in holding(snapshot.offset, settled).items() if m != gone}
+    waiting, memory = assignor.assign(leader, rest, snapshot, memory, 10)
+    _check_no_double_assignment(waiting)
+    held_back = set(settled[gone].tasks) | set(settled[gone].connectors)
+    given = {w for a in waiting.values() for w in (*a.tasks, *a.connectors)}
+    assert not held_back & given
+    assert all(a.delay == (1_000 if held_back else 0) for a in waiting.values())
+    # the delay runs out: the lost work goes out, and one more round balances it
+    late, memory = assignor.assign(
+        leader, holding(snapshot.offset, waiting), snapshot, memory, 1_010
+    )
+    _check_no_double_assignment(late)
+    again, _ = assignor.assign(leader, holding(snapshot.offset, late), snapshot, memory, 1_020)
+    connectors, tasks = _configured(snapshot)
+    assert {c for a in again.values() for c in a.connectors} == connectors
+    assert {t for a in again.values() for t in a.tasks} == tasks
+    for counts in (
+        [len(a.connectors) for a in again.values()],
+        [len(a.tasks) for a in again.values()],
+    ):
+        assert max(counts) - min(counts) <= 1
