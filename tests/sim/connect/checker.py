@@ -46,6 +46,7 @@ class Checker:
         self.leaders: dict[int, str] = {}
         self.members: dict[int, tuple[str, ...]] = {}
         self._cooperative: set[int] = set()
+        self._last_members: frozenset[str] = frozenset()
 
     # -- events the simulation reports --------------------------------------------------
 
@@ -126,12 +127,12 @@ class Checker:
 
     def _group_members(self) -> frozenset[str]:
         """The members of the group now: as the coordinator holds them, or, while there
-        is none, as the newest generation's leader was told them."""
+        is none (a failover), as the last one held them."""
         core = self.sim.coordinator
         group = core.group("connect-sim") if core is not None else None
         if group is not None:
-            return frozenset(group.member_ids)
-        return frozenset(self.members[max(self.members)]) if self.members else frozenset()
+            self._last_members = frozenset(group.member_ids)
+        return self._last_members
 
     def _one_member_runs_each(self) -> None:
         members = self._group_members()
