@@ -157,7 +157,8 @@ class HerderCore:
         self.held: Assignment | None = None
         #: cooperative leader: what it remembers of its previous round
         self._memory = Memory()
-        #: cooperative: rejoin this long after the next tick (an assignment's delay), or at
+        #: cooperative: an assignment's delay, to be counted from the next tick, and the
+        #: time it then runs out, when the worker rejoins to have lost work reassigned
         self._rejoin_in_ms: int | None = None
         self._rejoin_at_ms: int | None = None
 
