@@ -1,6 +1,11 @@
 """The connect simulation's invariants, checked after every step.
 
 * At most one running owner of each connector and task per generation.
+* At any moment, at most one live worker that is a member of the group runs each
+  connector and task: under the cooperative protocols work keeps running through
+  rebalances, so this holds between generations too, not only within one. (A worker
+  the group has dropped may still run its work until it notices: that zombie is the
+  data plane's fencing's to stop.)
 * No work starts before the revocations it depends on have finished: a worker that is
   a member of the generation the work starts in no longer runs it.
 * No config write commits under a stale leader epoch.
@@ -17,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from herder.runtime.core.config_state import ConfigState, TargetState
-from herder.runtime.core.protocol import Assignment, ConnectorTaskId
+from herder.runtime.core.protocol import COOPERATIVE_PROTOCOLS, Assignment, ConnectorTaskId
 from herder.runtime.core.status import State, StatusView, decode_status
 
 if TYPE_CHECKING:
@@ -40,6 +45,8 @@ class Checker:
         self._newest: dict[str, int] = {}
         self.leaders: dict[int, str] = {}
         self.members: dict[int, tuple[str, ...]] = {}
+        self._cooperative: set[int] = set()
+        self._last_members: frozenset[str] = frozenset()
 
     # -- events the simulation reports --------------------------------------------------
 
@@ -56,6 +63,11 @@ class Checker:
         if generation.members:
             self.members[gen_id] = tuple(generation.members)
         self.sim.report.generations = len(self.leaders)
+        if generation.protocol in COOPERATIVE_PROTOCOLS:
+            self._cooperative.add(gen_id)
+            self.sim.report.cooperative_generations = len(self._cooperative)
+        if assignment.revoked_connectors or assignment.revoked_tasks:
+            self.sim.report.revocations += 1
 
     def members_of(self, generation: int) -> tuple[str, ...]:
         """The member ids of ``generation``: as its leader was told them, or as the
@@ -111,6 +123,32 @@ class Checker:
 
     def check(self) -> None:
         self._fold_statuses()
+        self._one_member_runs_each()
+
+    def _group_members(self) -> frozenset[str]:
+        """The members of the group now: as the coordinator holds them, or, while there
+        is none (a failover), as the last one held them."""
+        core = self.sim.coordinator
+        group = core.group("connect-sim") if core is not None else None
+        if group is not None:
+            self._last_members = frozenset(group.member_ids)
+        return self._last_members
+
+    def _one_member_runs_each(self) -> None:
+        members = self._group_members()
+        for what, executions in self.sim.running.items():
+            runners = sorted(
+                e.worker
+                for e in executions
+                if (w := self.sim.workers[e.worker]).alive
+                and w.member.member_id
+                and w.member.member_id in members
+            )
+            if len(runners) > 1:
+                raise Violation(
+                    f"{what} runs on workers {runners} at once, all members of the group "
+                    f"(generations {sorted(e.generation for e in executions)})"
+                )
 
     def _fold_statuses(self) -> None:
         for record in self.sim.ensemble.records("_status", self._status_position):

@@ -9,6 +9,11 @@ purpose: worker crashes and restarts, pauses (a zombie that comes back), lost,
 delayed and reordered messages, slow config reads, and coordinator failovers (every
 group unloaded, then loaded into a fresh coordinator from ``_groups``).
 
+Each seed draws the workers' ``connect.protocol``: all eager, all cooperative
+(``sessioned``), or a mix of eager, compatible and sessioned, which agrees on eager while
+an eager worker is in the group and moves to a cooperative protocol when none is (mixed
+seeds fail no coordinator over: see ``_fault``).
+
 After every step :class:`~tests.sim.connect.checker.Checker` checks the invariants;
 after the faults stop, every connector and task must be RUNNING within a bound.
 """
@@ -58,7 +63,9 @@ from herder.runtime.core.config_state import (
 )
 from herder.runtime.core.herder import HerderCore
 from herder.runtime.core.protocol import (
+    COOPERATIVE_PROTOCOLS,
     ConnectorTaskId,
+    ConnectProtocol,
     decode_assignment,
     decode_metadata,
     encode_assignment,
@@ -99,6 +106,10 @@ class Bugs:
     unfenced_writes: bool = False
     #: a status of an older generation replaces a newer one
     status_ignores_generation: bool = False
+    #: a cooperative worker joins without saying what it holds
+    metadata_hides_work: bool = False
+    #: a cooperative member dropped from the group rejoins still running its work
+    dropped_member_keeps_work: bool = False
 
 
 @dataclass
@@ -114,6 +125,13 @@ class Report:
     fenced_writes: int = 0
     operations: int = 0
     settled_ms: int = 0
+    #: the workers' connect.protocol: eager, sessioned or mixed
+    mode: str = ""
+    #: generations under a cooperative protocol, and assignments in them revoking work
+    cooperative_generations: int = 0
+    revocations: int = 0
+    #: workers that exited because their membership failed for good
+    exits: int = 0
 
 
 class Ensemble:
@@ -265,6 +283,16 @@ class Simulation:
         self.slow_reads = self.rng.random() < 0.5
         self.faults = True
         count = workers or self.rng.randint(2, 4)
+        self.mode = self.rng.choice(["eager", "sessioned", "mixed"])
+        #: each worker's connect.protocol (a restarted worker keeps its config)
+        self.protocols = [
+            ConnectProtocol(self.mode)
+            if self.mode != "mixed"
+            else self.rng.choice(list(ConnectProtocol))
+            for _ in range(count)
+        ]
+        self.max_delay_ms = self.rng.choice([0, 3_000, 20_000])
+        self.report.mode = self.mode
         self.workers = [self._new_worker(i, 0) for i in range(count)]
         #: (connector or task) -> its executions now
         self.running: dict[str | ConnectorTaskId, list[_Running]] = {}
@@ -408,7 +436,16 @@ class Simulation:
         holder: list[SimWorker] = []
 
         def protocols() -> list[tuple[str, bytes]]:
-            return [("eager", encode_metadata(holder[0].core.metadata()))]
+            offered = holder[0].core.protocols()
+            if self.bugs.metadata_hides_work:
+                hidden = [
+                    msgspec.structs.replace(decode_metadata(md), connectors=(), tasks=())
+                    for _, md in offered
+                ]
+                offered = [
+                    (n, encode_metadata(md)) for (n, _), md in zip(offered, hidden, strict=True)
+                ]
+            return offered
 
         member = mm.MemberMachine(
             GROUP,
@@ -420,6 +457,7 @@ class Simulation:
             client_id=f"worker-{index}",
             client_host="sim",
             rng=rng,
+            cooperative_protocols=COOPERATIVE_PROTOCOLS,
         )
         statuses = StatusView()
         core = HerderCore(
@@ -427,6 +465,8 @@ class Simulation:
             f"http://worker-{index}:8083",
             statuses=statuses,
             unsync_backoff_ms=UNSYNC_BACKOFF_MS,
+            protocol=self.protocols[index],
+            max_delay_ms=self.max_delay_ms,
         )
         self._plant(core)
         w = SimWorker(index, incarnation, member, core, statuses=statuses)
@@ -438,8 +478,8 @@ class Simulation:
         if self.bugs.two_owners:
             assign = core.assign
 
-            def doubled(leader_id: str, members: Any) -> Any:
-                result = assign(leader_id, members)
+            def doubled(leader_id: str, members: Any, *args: Any) -> Any:
+                result = assign(leader_id, members, *args)
                 ids = sorted(result)
                 if len(ids) > 1:
                     first, second = result[ids[0]], result[ids[1]]
@@ -487,9 +527,11 @@ class Simulation:
                     )
                 case mm.SendLeave(request=request):
                     self.request(w, request, lambda r: None, lambda e: None)
-                case mm.Assign(token=token, leader_id=leader_id, members=members):
+                case mm.Assign(
+                    token=token, leader_id=leader_id, protocol=protocol, members=members
+                ):
                     decoded = {k: decode_metadata(v) for k, v in members.items()}
-                    result = w.core.assign(leader_id, decoded)
+                    result = w.core.assign(leader_id, decoded, protocol, self.now)
                     encoded = {k: encode_assignment(a) for k, a in result.items()}
                     self._member(w, w.member.assignment_made(token, encoded, self.now))
                 case mm.Revoke():
@@ -503,6 +545,7 @@ class Simulation:
                     w.core.assigned(generation, assignment)
                 case mm.Failed(error=error):
                     w.core.member_failed(error)
+                    self.for_worker(w, 0, lambda: self._exit(w, error))
                 case mm.Rediscover() | mm.HeartbeatFailed():
                     pass
         self._pump(w)
@@ -679,7 +722,7 @@ class Simulation:
                 )
             case fx.WriteTaskConfigs(ticket=ticket, configs=configs):
                 if not core.still_current(ticket):
-                    core.task_configs_done(ticket)
+                    core.task_configs_done(ticket, self.now)
                     return False
                 return self._write_task_configs(w, ticket, list(configs))
             case fx.ForwardTaskConfigs(ticket=ticket, configs=configs, leader_url=url):
@@ -764,14 +807,14 @@ class Simulation:
             try:
                 w.core.require_leader()
                 if ticket.name not in w.configs.snapshot():
-                    w.core.task_configs_done(ticket)
+                    w.core.task_configs_done(ticket, self.now)
                     return
                 ok = self.write_configs(w, task_config_records(ticket.name, configs))
             except HerderError as exc:
                 w.core.task_configs_failed(ticket, exc, self.now)
                 return
             if ok:
-                w.core.task_configs_done(ticket)
+                w.core.task_configs_done(ticket, self.now)
             else:
                 w.core.task_configs_failed(ticket, HerderError("fenced"), self.now)
 
@@ -797,13 +840,13 @@ class Simulation:
                 return
             answered = True
             if error is None:
-                w.core.task_configs_done(ticket)
+                w.core.task_configs_done(ticket, self.now)
             else:
                 w.core.task_configs_failed(ticket, HerderError(error), self.now)
             self._pump(w)
 
         if not w.core.still_current(ticket):
-            w.core.task_configs_done(ticket)
+            w.core.task_configs_done(ticket, self.now)
             return
         self.for_worker(w, 30_000, lambda: reply("the leader did not answer"))
         leader = next((x for x in self.workers if x.url == url and x.alive), None)
@@ -898,12 +941,27 @@ class Simulation:
             w = self.rng.choice(leaders if leaders and self.rng.random() < 0.5 else live)
             if not w.paused:
                 self._pause(w, self.rng.choice([2_000, 8_000, 15_000, 30_000]))
-        elif roll < 0.7:
+        elif roll < 0.7 and self.mode != "mixed":
+            # A coordinator that loads a group knows each member only by the protocol it
+            # was stored under (Kafka's too), so a worker whose newest protocol is older
+            # than the group's is refused (INCONSISTENT_GROUP_PROTOCOL) until the group
+            # next rebalances, which a settled group never does. Mixed seeds leave that
+            # limit of the coordinator out; the others fail it over.
             self.failover()
 
-    def _crash(self, w: SimWorker) -> None:
-        self.report.crashes += 1
-        self.log(f"worker {w.index} crashes")
+    def _exit(self, w: SimWorker, error: HerderError) -> None:
+        """A worker whose membership failed for good exits; its supervisor restarts it.
+        (An eager worker can be refused so: a coordinator that loaded the group keeps
+        only each member's chosen protocol, so until they rejoin it knows of no protocol
+        they share with a worker that offers eager alone: INCONSISTENT_GROUP_PROTOCOL.)"""
+        self.report.exits += 1
+        self.log(f"worker {w.index} exits: {error}")
+        self._crash(w, counted=False)
+
+    def _crash(self, w: SimWorker, *, counted: bool = True) -> None:
+        if counted:
+            self.report.crashes += 1
+            self.log(f"worker {w.index} crashes")
         w.crashed = True
         for what in list(w.connectors) + list(w.tasks):
             executions = self.running.get(what, [])
@@ -948,6 +1006,11 @@ class Simulation:
                     mock.patch.object(
                         herder_core, "after_rebalance", lambda *_: herder_core.AfterRebalance.START
                     )
+                )
+            if self.bugs.dropped_member_keeps_work:
+                never = property(lambda _: False, lambda *_: None)
+                patches.enter_context(
+                    mock.patch.object(mm.MemberMachine, "_generation_lost", never, create=True)
                 )
             if self.bugs.status_ignores_generation:
                 patches.enter_context(

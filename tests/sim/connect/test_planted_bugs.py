@@ -17,6 +17,8 @@ pytestmark = pytest.mark.sim
         ("no_catch_up", "behind its assignment's config offset"),
         ("unfenced_writes", "under leader epoch"),
         ("status_ignores_generation", "the newest written is"),
+        ("metadata_hides_work", "its revocation had not finished"),
+        ("dropped_member_keeps_work", "at once, all members of the group"),
     ],
 )
 def test_a_planted_bug_is_caught(bug: str, caught_by: str) -> None:

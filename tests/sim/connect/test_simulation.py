@@ -45,9 +45,15 @@ def test_the_simulator_reaches_every_corner_it_is_meant_to() -> None:
             "operations",
             "config_writes",
             "generations",
+            "cooperative_generations",
+            "revocations",
         ):
             totals[key] += getattr(report, key)
-    for key in ("crashes", "pauses", "failovers", "lost", "fenced_writes"):
+        totals[f"mode {report.mode}"] += 1
+    for key in ("crashes", "pauses", "failovers", "lost", "fenced_writes", "revocations"):
         assert totals[key] > 0, key
+    for mode in ("eager", "sessioned", "mixed"):
+        assert totals[f"mode {mode}"] > 0, mode
+    assert totals["cooperative_generations"] > 50
     assert totals["operations"] > 100
     assert totals["generations"] > 100

@@ -199,3 +199,15 @@ def test_every_unit_is_dealt_once_and_the_load_differs_by_at_most_one(
         )
         == result
     )
+
+
+def test_work_still_held_from_a_cooperative_generation_is_revoked_before_any_is_dealt() -> None:
+    snapshot = snapshot_of(connector("a", 2))
+    workers = members(snapshot.offset, "w1", "w2")
+    workers["w2"] = WorkerMetadata(
+        version=2, config_offset=snapshot.offset, url="http://w2:8083", tasks=(T("a", 1),)
+    )
+    result = EagerAssignor().assign("w1", workers, snapshot)
+    assert all(a.connectors == a.tasks == () for a in result.values())
+    assert result["w2"].revoked_tasks == (T("a", 1),)
+    assert result["w1"].revoked_tasks == ()

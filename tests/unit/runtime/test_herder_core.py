@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from herder.errors import InvalidSessionTimeout
@@ -18,7 +19,13 @@ from herder.runtime.core.config_state import (
 )
 from herder.runtime.core.herder import HerderCore
 from herder.runtime.core.member import Generation
-from herder.runtime.core.protocol import Assignment, ConnectorTaskId
+from herder.runtime.core.protocol import (
+    Assignment,
+    ConnectorTaskId,
+    ConnectProtocol,
+    WorkerMetadata,
+    decode_metadata,
+)
 from herder.runtime.core.status import State, StatusView, TaskStatus
 
 pytestmark = pytest.mark.unit
@@ -364,3 +371,139 @@ def test_a_leader_that_computed_no_assignment_finds_the_owner_in_the_statuses(lo
     with pytest.raises(NotOwner) as refused:
         core.restart_task(T0)
     assert refused.value.target_url == "http://other:8083"
+
+
+# -- cooperative protocols (KIP-415) --------------------------------------------------------
+
+
+def coop_generation(gen_id: int = 1) -> Generation:
+    return Generation(gen_id, "me", "other", "sessioned", ())
+
+
+def coop_core(log: Log) -> HerderCore:
+    core = HerderCore(
+        "me",
+        ME,
+        statuses=StatusView(),
+        unsync_backoff_ms=500,
+        protocol=ConnectProtocol.SESSIONED,
+    )
+    core.configs_read(log.state.snapshot())
+    return core
+
+
+def test_a_cooperative_worker_offers_every_protocol_with_what_it_holds(log: Log) -> None:
+    core = coop_core(log)
+    assert [name for name, _ in core.protocols()] == ["sessioned", "compatible", "eager"]
+    core.assigned(coop_generation(), assignment(log))
+    metadata = decode_metadata(core.protocols()[0][1])
+    assert metadata.version == 2
+    assert metadata.connectors == ("c",) and metadata.tasks == (T0,)
+
+
+def test_a_cooperative_assignment_keeps_what_runs_and_starts_only_what_is_new(log: Log) -> None:
+    log.connector("d", tasks=2)
+    core = coop_core(log)
+    core.assigned(coop_generation(1), assignment(log))
+    assert kinds(core.ready()) == [
+        "FinishRevocation",
+        "BeginGeneration",
+        "StartConnector",
+        "StartTask",
+    ]
+    more = assignment(log, connectors=("c", "d"), tasks=(T0, ConnectorTaskId("d", 1)))
+    core.assigned(coop_generation(2), more)
+    effects = core.ready()
+    assert kinds(effects) == ["FinishRevocation", "BeginGeneration", "StartConnector", "StartTask"]
+    assert effects[2].name == "d"  # type: ignore[union-attr]
+    assert effects[3].task_id == ConnectorTaskId("d", 1)  # type: ignore[union-attr]
+
+
+def test_a_cooperative_revocation_stops_only_the_revoked_work_then_rejoins(log: Log) -> None:
+    log.connector("d", tasks=2)
+    core = coop_core(log)
+    d0, d1 = ConnectorTaskId("d", 0), ConnectorTaskId("d", 1)
+    core.assigned(coop_generation(1), assignment(log, connectors=("c", "d"), tasks=(T0, d0, d1)))
+    core.ready()
+    fewer = msgspec.structs.replace(
+        assignment(log, connectors=("c",), tasks=(T0, d0)),
+        revoked_connectors=("d",),
+        revoked_tasks=(d1,),
+    )
+    core.assigned(coop_generation(2), fewer)
+    effects = core.ready()
+    assert effects[:4] == [
+        fx.StopConnector("d"),
+        fx.StopTasks((d1,)),
+        fx.FinishRevocation(),
+        fx.Rejoin(),
+    ]
+    assert kinds(effects[4:]) == ["BeginGeneration"]  # nothing else starts or stops
+    assert decode_metadata(core.protocols()[0][1]).tasks == (T0, d0)
+
+
+def test_a_cooperative_assignment_with_a_delay_rejoins_when_it_has_passed(log: Log) -> None:
+    core = coop_core(log)
+    core.assigned(coop_generation(), msgspec.structs.replace(assignment(log), delay=5_000))
+    core.ready()
+    core.tick(1_000)
+    assert core.next_due_ms() == 6_000
+    core.tick(5_999)
+    assert "Rejoin" not in kinds(core.ready())
+    core.tick(6_000)
+    assert kinds(core.ready()) == ["Rejoin"]
+    assert core.next_due_ms() is None
+
+
+def test_kept_work_catches_up_with_a_config_change_it_missed(log: Log) -> None:
+    core = coop_core(log)
+    core.assigned(coop_generation(1), assignment(log))
+    core.ready()
+    # the connector's tasks are rewritten while the group rebalances
+    log.write(*task_config_records("c", [{"task": "0", "v": "2"}]))
+    core.configs_read(log.state.snapshot())
+    core.assigned(coop_generation(2), assignment(log))
+    effects = core.ready()
+    assert kinds(effects) == ["FinishRevocation", "BeginGeneration", "StopTasks", "StartTask"]
+    assert effects[3].generation.generation_id == 2  # type: ignore[union-attr]
+    assert effects[3].task_config == {"task": "0", "v": "2"}  # type: ignore[union-attr]
+
+
+def test_a_re_tasked_connector_restarts_its_tasks_here_and_rebalances(log: Log) -> None:
+    core = coop_core(log)
+    core.assigned(coop_generation(1), assignment(log))
+    core.ready()
+    log.write(*task_config_records("c", [{"task": "0", "v": "2"}, {"task": "1"}]))
+    core.configs_read(log.state.snapshot())
+    core.tick(0)
+    assert kinds(core.ready()) == ["StopTasks", "StartTask", "Rejoin"]
+
+
+def test_an_eager_generation_after_a_cooperative_one_stops_what_it_revokes(log: Log) -> None:
+    core = coop_core(log)
+    core.assigned(coop_generation(1), assignment(log))
+    core.ready()
+    eager = Generation(2, "me", "other", "eager", ())
+    revoking = msgspec.structs.replace(
+        assignment(log, connectors=(), tasks=()), revoked_connectors=("c",), revoked_tasks=(T0,)
+    )
+    core.assigned(eager, revoking)
+    assert kinds(core.ready()) == ["StopConnector", "StopTasks", "Rejoin", "BeginGeneration"]
+    assert decode_metadata(core.protocols()[-1][1]).tasks == ()
+
+
+def test_the_cooperative_leader_remembers_its_last_round(log: Log) -> None:
+    core = coop_core(log)
+    members = {
+        "a": WorkerMetadata(version=2, config_offset=log.offset, url="http://a:8083"),
+        "me": WorkerMetadata(version=2, config_offset=log.offset, url=ME),
+    }
+    first = core.assign("me", members, "sessioned", 0)
+    assert first["a"].tasks == (T0,) and first["a"].version == 2
+    assert core.owners[T0] == "http://a:8083"
+    # its holder leaves: the task is held back for it rather than moved at once
+    second = core.assign("me", {"me": members["me"]}, "sessioned", 1_000)
+    assert second["me"].tasks == () and second["me"].delay == core.max_delay_ms
+    # and an eager round forgets it all
+    eager = core.assign("me", {"me": members["me"]}, "eager", 2_000)
+    assert eager["me"].tasks == (T0,)

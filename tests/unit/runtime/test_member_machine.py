@@ -723,7 +723,8 @@ class History:
     heartbeats: dict[int, int] = field(default_factory=dict)
     #: tokens the machine no longer awaits (answered, timed out, abandoned)
     retired: set[int] = field(default_factory=set)
-    revoking: bool = False
+    #: revocations opened and not yet reported done
+    revoking: int = 0
 
     def feed(self, effects: list[Effect]) -> None:
         for effect in effects:
@@ -740,8 +741,11 @@ class History:
                 assert not self.rounds and not self.heartbeats
                 self.heartbeats[effect.token] = self.now
             elif isinstance(effect, Revoke):
-                assert not self.revoking, "a second Revoke before the first was done"
-                self.revoking = True
+                if not self.mm.cooperative_protocols:
+                    assert not self.revoking, "a second Revoke before the first was done"
+                self.revoking += 1
+            elif isinstance(effect, Assigned) and self.mm.cooperative_protocols:
+                self.revoking += 1
             elif isinstance(effect, Failed):
                 assert effect is effects[-1], "nothing after Failed"
                 self.abandon()
@@ -795,7 +799,7 @@ class History:
             assert mm.assignment_made(token, {}, self.now) == []
             assert mm.request_failed(token, ConnectionClosed("x"), self.now) == []
         elif action == "revoked":
-            self.revoking = False
+            self.revoking = max(self.revoking - 1, 0)
             self.feed(mm.revoked(self.now))
         elif action == "rejoin":
             self.feed(mm.request_rejoin(self.now))
@@ -831,10 +835,11 @@ class History:
         max_size=80,
     ),
 )
+@pytest.mark.parametrize("cooperative", [False, True])
 def test_random_histories_never_join_while_revoking_nor_await_two_rounds(
-    seed: int, steps: list[tuple[str, int, int]]
+    cooperative: bool, seed: int, steps: list[tuple[str, int, int]]
 ) -> None:
-    history = History(machine(seed))
+    history = History(machine(seed, cooperative_protocols={"rr"} if cooperative else ()))
     history.feed(history.mm.start(0))
     for action, pick, amount in steps:
         history.step(action, pick, amount)
@@ -875,3 +880,89 @@ def test_a_restarted_static_leader_told_to_skip_the_assignment_does_not_assign()
     answer = msgspec.structs.replace(answer, skip_assignment=True)
     sync = only(mm.join_answered(join.token, answer, 10), SendSync)
     assert sync.request.assignments == []
+
+
+# -- cooperative mode (KIP-415) --------------------------------------------------------------
+
+
+def test_a_cooperative_member_keeps_its_work_across_a_rebalance() -> None:
+    mm = machine(cooperative_protocols={"rr"})
+    generation = to_stable(mm, 0)
+    assert mm.revoked(0) == []  # the first assignment revoked nothing
+    beat = heartbeat_at(mm, INTERVAL_MS)
+    effects = mm.heartbeat_answered(
+        beat.token, heartbeat_error(ErrorCode.REBALANCE_IN_PROGRESS), 3_100
+    )
+    join = only(effects[1:], SendJoin)
+    assert effects[0] == HeartbeatFailed("REBALANCE_IN_PROGRESS")
+    assert mm.generation is generation  # still held while the group rebalances
+    assert finish_round(mm, join, 3_200, generation=2).generation_id == 2
+
+
+def test_a_cooperative_member_joins_only_after_what_its_assignment_revoked_has_stopped() -> None:
+    mm = machine(cooperative_protocols={"rr"})
+    to_stable(mm, 0)
+    # the holder is stopping the revoked work; a rebalance starts meanwhile
+    beat = heartbeat_at(mm, INTERVAL_MS)
+    effects = mm.heartbeat_answered(
+        beat.token, heartbeat_error(ErrorCode.REBALANCE_IN_PROGRESS), 3_100
+    )
+    assert effects == [HeartbeatFailed("REBALANCE_IN_PROGRESS")]
+    assert mm.state is MemberState.REVOKING
+    heartbeat_at(mm, 3_100 + INTERVAL_MS)  # the session is kept alive meanwhile
+    join = only(mm.revoked(6_300), SendJoin)
+    assert join.request.member_id == "m1"
+
+
+def test_a_cooperative_member_rejoins_when_asked_after_a_revocation() -> None:
+    mm = machine(cooperative_protocols={"rr"})
+    to_stable(mm, 0)
+    assert mm.request_rejoin(10) == []  # the revoked work has not stopped yet
+    only(mm.revoked(20), SendJoin)
+
+
+@pytest.mark.parametrize(
+    "code", [ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED]
+)
+def test_a_cooperative_member_whose_generation_went_on_without_it_gives_everything_up(
+    code: ErrorCode,
+) -> None:
+    mm = machine(cooperative_protocols={"rr"})
+    generation = to_stable(mm, 0)
+    mm.revoked(0)
+    beat = heartbeat_at(mm, INTERVAL_MS)
+    effects = mm.heartbeat_answered(beat.token, heartbeat_error(code), 3_100)
+    assert effects == [HeartbeatFailed(code.name), Revoke(generation)]
+    assert mm.generation is None
+    only(mm.revoked(3_200), SendJoin)
+
+
+def test_a_cooperative_member_forgotten_by_the_coordinator_gives_everything_up() -> None:
+    mm = machine(cooperative_protocols={"rr"})
+    generation = to_stable(mm, 0)
+    mm.revoked(0)
+    beat = heartbeat_at(mm, INTERVAL_MS)
+    effects = mm.heartbeat_answered(
+        beat.token, heartbeat_error(ErrorCode.REBALANCE_IN_PROGRESS), 3_100
+    )
+    join = only(effects[1:], SendJoin)
+    effects = mm.join_answered(join.token, join_error(ErrorCode.UNKNOWN_MEMBER_ID), 3_200)
+    assert effects == [Revoke(generation)]
+    assert only(mm.revoked(3_300), SendJoin).request.member_id == ""
+
+
+def test_a_cooperative_member_that_leaves_gives_everything_up() -> None:
+    mm = machine(cooperative_protocols={"rr"})
+    generation = to_stable(mm, 0)
+    mm.revoked(0)
+    effects = mm.leave(100)
+    assert kinds(effects) == [Revoke, SendLeave]
+    assert effects[0] == Revoke(generation)
+
+
+def test_a_generation_of_an_eager_protocol_revokes_before_the_join_as_ever() -> None:
+    mm = machine(cooperative_protocols={"sessioned"})  # the group chose "rr"
+    generation = to_stable(mm, 0)
+    assert mm.revoked(0) == []  # no revocation opened by an eager assignment
+    assert mm.request_rejoin(10) == [Revoke(generation)]
+    only(mm.revoked(20), SendJoin)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from herder.errors import ConfigError, NotSupported, ProtocolError, UnsupportedVersion
+from herder.errors import ConfigError, ProtocolError, UnsupportedVersion
 from herder.runtime.core.protocol import (
     Assignment,
     AssignmentError,
@@ -152,7 +152,9 @@ def test_connector_task_ids_order_hash_and_print_like_connect() -> None:
 def test_connect_protocol_setting() -> None:
     assert parse_connect_protocol(" Eager ") is ConnectProtocol.EAGER
     assert ConnectProtocol.EAGER == "eager"
-    with pytest.raises(NotSupported, match=r"connect\.protocol=eager"):
-        parse_connect_protocol("compatible")
-    with pytest.raises(ConfigError, match="must be one of eager"):
+    assert parse_connect_protocol("sessioned") is ConnectProtocol.SESSIONED
+    assert [p.value for p in ConnectProtocol.COMPATIBLE.offered()] == ["compatible", "eager"]
+    assert [p.version for p in ConnectProtocol.SESSIONED.offered()] == [2, 1, 0]
+    assert not ConnectProtocol.EAGER.cooperative and ConnectProtocol.SESSIONED.cooperative
+    with pytest.raises(ConfigError, match="must be one of eager, compatible, sessioned"):
         parse_connect_protocol("roundrobin")

@@ -39,6 +39,13 @@ class EagerAssignor:
     and a STOPPED connector is assigned (it must answer for itself) but has no tasks.
     A connector whose task set is inconsistent is assigned without tasks: none of them
     may start until the worker running the connector has written a complete set.
+
+    A group whose workers offer the cooperative protocols as well as eager falls back to
+    eager while one of them offers eager alone. The cooperative workers come into that
+    first eager round still running their work (they keep it across rejoins) and say so
+    in their metadata: that round hands out nothing and revokes what they hold, and once
+    they have stopped it and rejoined, the work is dealt out as ever. Dealing it out at
+    once would start it on a second worker while the first still runs it.
     """
 
     protocol: Final = ConnectProtocol.EAGER
@@ -75,6 +82,25 @@ class EagerAssignor:
                 config_offset=max_offset,
             )
             return dict.fromkeys(members, mismatch)
+
+        holding = sorted(m for m, md in members.items() if md.connectors or md.tasks)
+        if holding:
+            log.info(
+                "Leader %s: members %s still hold work from a cooperative generation; "
+                "revoking it before dealing anything out",
+                leader_id,
+                holding,
+            )
+            return {
+                member: Assignment(
+                    leader=leader_id,
+                    leader_url=leader_url,
+                    config_offset=snapshot.offset,
+                    revoked_connectors=md.connectors,
+                    revoked_tasks=md.tasks,
+                )
+                for member, md in members.items()
+            }
 
         connectors: dict[str, list[str]] = {m: [] for m in members}
         tasks: dict[str, list[ConnectorTaskId]] = {m: [] for m in members}

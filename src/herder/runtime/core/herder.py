@@ -16,6 +16,15 @@ for, the completion of an effect it asked for, the time — and queues effects
 carries out in order. Work of a revoked generation never starts: a revocation drops
 the generation's queued starts from the outbox before the shell can see them, and
 every later step checks the generation it works for is still the member's.
+
+**Cooperative protocols** (``connect.protocol=compatible|sessioned``, KIP-415). In a
+generation of one of them the worker keeps running its work across rebalances and joins
+saying what it holds. An assignment stops only what it revokes, then lets the member
+rejoin (``FinishRevocation``) and, if it revoked anything, asks for the follow-up round
+in which the leader hands that work on; whatever else it lists that is not running here
+yet starts once the worker has caught up, and what runs already goes on, brought up to
+date with any config change it missed. An assignment with a ``delay`` (the leader holds
+a departed worker's work back) makes the worker rejoin when the delay has passed.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+
+import msgspec
 
 from herder.errors import HerderError
 from herder.runtime.core.admission import NotFound, NotLeaderWorker, NotOwner
@@ -34,6 +45,7 @@ from herder.runtime.core.config_state import (
     RestartRequest,
     TargetState,
 )
+from herder.runtime.core.cooperative import DEFAULT_MAX_DELAY_MS, CooperativeAssignor, Memory
 from herder.runtime.core.effects import (
     BeginGeneration,
     Destroy,
@@ -57,7 +69,14 @@ from herder.runtime.core.effects import (
     WriteTaskConfigs,
 )
 from herder.runtime.core.member import Generation
-from herder.runtime.core.protocol import Assignment, ConnectorTaskId, WorkerMetadata
+from herder.runtime.core.protocol import (
+    COOPERATIVE_PROTOCOLS,
+    Assignment,
+    ConnectorTaskId,
+    ConnectProtocol,
+    WorkerMetadata,
+    encode_metadata,
+)
 from herder.runtime.core.restart import RestartPlan, more_impactful
 from herder.runtime.core.rules import AfterRebalance, ReconfigurationSchedule, after_rebalance
 from herder.runtime.core.status import StatusView
@@ -93,8 +112,14 @@ class HerderCore:
         *,
         statuses: StatusView,
         unsync_backoff_ms: int,
+        protocol: ConnectProtocol = ConnectProtocol.EAGER,
+        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
     ) -> None:
         self.worker_id = worker_id
+        #: the newest protocol this worker offers (``connect.protocol``)
+        self.protocol = protocol
+        #: ``scheduled.rebalance.max.delay.ms``: how long a leader holds lost work back
+        self.max_delay_ms = max_delay_ms
         self.url = url
         self.statuses = statuses
         self.unsync_backoff_ms = unsync_backoff_ms
@@ -126,6 +151,16 @@ class HerderCore:
         self._next_instance = 0
         #: leader only: the REST URL of the worker each connector and task was given to
         self.owners: dict[str | ConnectorTaskId, str] = {}
+        #: tasks this worker has asked to start and not to stop since
+        self._tasks: set[ConnectorTaskId] = set()
+        #: cooperative: the latest assignment received, whose work this worker holds
+        self.held: Assignment | None = None
+        #: cooperative leader: what it remembers of its previous round
+        self._memory = Memory()
+        #: cooperative: an assignment's delay, to be counted from the next tick, and the
+        #: time it then runs out, when the worker rejoins to have lost work reassigned
+        self._rejoin_in_ms: int | None = None
+        self._rejoin_at_ms: int | None = None
 
     # -- the outbox ---------------------------------------------------------------------
 
@@ -139,15 +174,41 @@ class HerderCore:
 
     # -- membership ---------------------------------------------------------------------
 
-    def metadata(self) -> WorkerMetadata:
-        """What this worker tells the group when it joins."""
-        return WorkerMetadata(config_offset=self.snapshot.offset, url=self.url)
+    def metadata(self, protocol: ConnectProtocol = ConnectProtocol.EAGER) -> WorkerMetadata:
+        """What this worker tells the group when it joins under ``protocol``: where it
+        has read the config log to, and the work it holds (only ever after a cooperative
+        generation; an eager leader must know of it too, to have it stopped first)."""
+        held = self.held
+        return WorkerMetadata(
+            version=protocol.version,
+            config_offset=self.snapshot.offset,
+            url=self.url,
+            connectors=held.connectors if held is not None else (),
+            tasks=held.tasks if held is not None else (),
+        )
+
+    def protocols(self) -> list[tuple[str, bytes]]:
+        """The (protocol, metadata) pairs of a JoinGroup, most preferred first."""
+        return [(p.value, encode_metadata(self.metadata(p))) for p in self.protocol.offered()]
 
     def assign(
-        self, leader_id: str, members: Mapping[str, WorkerMetadata]
+        self,
+        leader_id: str,
+        members: Mapping[str, WorkerMetadata],
+        protocol: str = ConnectProtocol.EAGER,
+        now_ms: int = 0,
     ) -> dict[str, Assignment]:
-        """Leader: the assignment of every member, from this worker's config snapshot."""
-        result = EagerAssignor().assign(leader_id, dict(members), self.snapshot)
+        """Leader: the assignment of every member under the ``protocol`` the group chose,
+        from this worker's config snapshot (and, cooperative, its memory of the last
+        round and the time, which decides when lost work is handed out)."""
+        if protocol in COOPERATIVE_PROTOCOLS:
+            assignor = CooperativeAssignor(self.max_delay_ms, ConnectProtocol(protocol).version)
+            result, self._memory = assignor.assign(
+                leader_id, dict(members), self.snapshot, self._memory, now_ms
+            )
+        else:
+            self._memory = Memory()
+            result = EagerAssignor().assign(leader_id, dict(members), self.snapshot)
         owners: dict[str | ConnectorTaskId, str] = {}
         for member, assignment in result.items():
             for name in assignment.connectors:
@@ -166,6 +227,8 @@ class HerderCore:
         revoked = self.member_generation
         self.member_generation = None
         self._handling = None
+        self.held = None
+        self._rejoin_in_ms = self._rejoin_at_ms = None
         self._running.clear()
         self._outbox = [e for e in self._outbox if not _starts_work(e)]
         log.debug("worker %s: revoking generation %s", self.worker_id, revoked)
@@ -178,11 +241,29 @@ class HerderCore:
         self._reconfigured.clear()
         self._instances.clear()
         self._running.clear()
+        self._tasks.clear()
         self._emit(FinishRevocation())
 
     def assigned(self, generation: Generation, assignment: Assignment) -> None:
         """A rebalance completed with ``assignment`` for this worker."""
         self.member_generation = generation
+        if not generation.is_leader:
+            self._memory = Memory()
+        cooperative = generation.protocol in COOPERATIVE_PROTOCOLS
+        revoked = self._revoke(assignment)
+        if cooperative:
+            if not assignment.failed:
+                self.held = assignment
+                self._rejoin_in_ms = assignment.delay or None
+                self._rejoin_at_ms = None
+            # the member waits for this before it joins again, so its next metadata
+            # never claims what is on its way out
+            self._emit(FinishRevocation())
+        else:
+            self.held = None
+        if revoked:
+            # the follow-up round hands the revoked work on
+            self._emit(Rejoin())
         decision = after_rebalance(assignment, self.snapshot.offset)
         if decision is AfterRebalance.CATCH_UP_AND_REJOIN:
             log.warning(
@@ -195,6 +276,45 @@ class HerderCore:
             self._emit(ReadToEnd(assignment.config_offset))
         else:
             self._proceed(generation, assignment, decision)
+
+    def _revoke(self, assignment: Assignment) -> bool:
+        """Stop what ``assignment`` revokes that runs here (or is about to start);
+        whether it revoked anything at all."""
+        connectors = set(assignment.revoked_connectors)
+        tasks = set(assignment.revoked_tasks)
+        if not connectors and not tasks:
+            return False
+        log.info(
+            "worker %s: revoked connectors %s and tasks %s",
+            self.worker_id,
+            sorted(connectors),
+            [str(t) for t in sorted(tasks)],
+        )
+        self._outbox = [
+            e
+            for e in self._outbox
+            if not (
+                (isinstance(e, StartConnector) and e.name in connectors)
+                or (isinstance(e, StartTask) and e.task_id in tasks)
+            )
+        ]
+        running = self.assignment
+        if running is not None:
+            # config changes and restarts act on the running assignment until the new
+            # one starts: the revoked work is no longer part of it
+            self.assignment = without(running, connectors, tasks)
+        for name in sorted(connectors & self._instances.keys()):
+            self._stop_connector(name)
+        stopping = tuple(sorted(tasks & self._tasks))
+        if stopping:
+            self._stop_tasks(stopping)
+        return True
+
+    def _stop_tasks(
+        self, task_ids: tuple[ConnectorTaskId, ...], *, destroyed: bool = False
+    ) -> None:
+        self._tasks.difference_update(task_ids)
+        self._emit(StopTasks(task_ids, destroyed))
 
     def caught_up(self, ok: bool) -> None:
         """The ReadToEnd asked for finished (``ok``: the log was read to its end)."""
@@ -280,14 +400,18 @@ class HerderCore:
         self.generation = generation
         self.assignment = assignment
         snapshot = self.snapshot
-        self.applied = snapshot
         self._emit(BeginGeneration(generation))
+        # work kept from an earlier generation catches up with the configs it missed
+        if self._instances or self._tasks:
+            self._apply_config_change(rejoin=False)
+        self.applied = snapshot
         for name in assignment.connectors:
             config = snapshot.connector_config(name)
-            if config is not None:
+            if config is not None and name not in self._instances:
                 self._start_connector(name, config, snapshot)
         for task_id in assignment.tasks:
-            self._start_task(task_id, snapshot)
+            if task_id not in self._tasks:
+                self._start_task(task_id, snapshot)
         log.info(
             "worker %s: generation %d, %d connectors and %d tasks (leader at %s)",
             self.worker_id,
@@ -314,6 +438,7 @@ class HerderCore:
         if task_config is None or connector_config is None:
             return
         target = snapshot.target_state(task_id.connector) or TargetState.STARTED
+        self._tasks.add(task_id)
         self._emit(StartTask(task_id, task_config, connector_config, target, self.generation))
 
     def _stop_connector(self, name: str, *, destroyed: bool = False) -> None:
@@ -371,11 +496,24 @@ class HerderCore:
                 self._carry_out_restart(request)
         for name in self.reconfigure.due(now_ms):
             self._begin_reconfiguration(name)
+        if self._rejoin_in_ms is not None:
+            self._rejoin_at_ms = now_ms + self._rejoin_in_ms
+            self._rejoin_in_ms = None
+        if self._rejoin_at_ms is not None and now_ms >= self._rejoin_at_ms:
+            log.info(
+                "worker %s: the leader's delay for lost work has passed; rejoining", self.worker_id
+            )
+            self._rejoin_at_ms = None
+            self._emit(Rejoin())
 
     def next_due_ms(self) -> int | None:
-        return self.reconfigure.next_due_ms()
+        due = [d for d in (self.reconfigure.next_due_ms(), self._rejoin_at_ms) if d is not None]
+        return min(due, default=None)
 
-    def _apply_config_change(self) -> None:
+    def _apply_config_change(self, *, rejoin: bool = True) -> None:
+        """Bring the work running here up to the config log. ``rejoin``: rebalance if
+        connectors came, went or changed their task sets (not when the assignment about
+        to start already accounts for that)."""
         new = self.snapshot
         diff = ConfigDiff.between(self.applied, new)
         assignment = self.assignment
@@ -383,7 +521,28 @@ class HerderCore:
         if diff.empty:
             self.applied = new
             return
-        if diff.needs_rebalance:
+        if diff.needs_rebalance and self._cooperative:
+            # the work keeps running through the rebalance: what changed must not run on
+            # as it was
+            for name in sorted(diff.removed):
+                self._forget(name)
+                self._emit(Destroy(name))
+            retasked = sorted(t for t in self._tasks if t.connector in diff.task_configs_changed)
+            if retasked:
+                self._stop_tasks(tuple(retasked))
+                for task_id in retasked:
+                    if task_id in assignment.tasks:
+                        self._start_task(task_id, new)
+            if rejoin:
+                log.info(
+                    "worker %s: connectors added %s, removed %s, re-tasked %s: rebalancing",
+                    self.worker_id,
+                    sorted(diff.added),
+                    sorted(diff.removed),
+                    sorted(diff.task_configs_changed),
+                )
+                self._emit(Rejoin())
+        elif diff.needs_rebalance:
             log.info(
                 "worker %s: connectors added %s, removed %s, re-tasked %s: rebalancing",
                 self.worker_id,
@@ -392,8 +551,7 @@ class HerderCore:
                 sorted(diff.task_configs_changed),
             )
             for name in sorted(diff.removed):
-                self._instances.pop(name, None)
-                self._running.discard(name)
+                self._forget(name)
                 self._emit(Destroy(name))
             self._emit(Rejoin())
             return
@@ -410,10 +568,21 @@ class HerderCore:
                 if target is not TargetState.STARTED:
                     self._running.discard(name)
                 self._emit(SetConnectorTarget(name, self._instances[name], target))
-            for task_id in assignment.tasks:
+            for task_id in sorted(self._tasks):
                 if task_id.connector == name:
                     self._emit(SetTaskTarget(task_id, target))
         self.applied = new
+
+    def _forget(self, name: str) -> None:
+        """Connector ``name`` and its tasks no longer run here (a Destroy follows)."""
+        self._instances.pop(name, None)
+        self._running.discard(name)
+        self._tasks.difference_update([t for t in self._tasks if t.connector == name])
+
+    @property
+    def _cooperative(self) -> bool:
+        generation = self.generation
+        return generation is not None and generation.protocol in COOPERATIVE_PROTOCOLS
 
     def restart_plan(self, request: RestartRequest) -> RestartPlan:
         tasks = self.snapshot.tasks(request.connector)
@@ -444,7 +613,7 @@ class HerderCore:
         for task_id in tasks:
             self._emit(PublishRestarting(task_id))
         if tasks:
-            self._emit(StopTasks(tasks))
+            self._stop_tasks(tasks)
         if restart_connector:
             self._stop_connector(request.connector)
             self._start_connector(request.connector, config, snapshot)
@@ -478,7 +647,7 @@ class HerderCore:
             if self.is_leader:
                 raise NotOwner(f"Task {task_id}", self.owner_url(task_id))
             raise NotLeaderWorker(self.leader_url)
-        self._emit(StopTasks((task_id,)))
+        self._stop_tasks((task_id,))
         self._start_task(task_id, self.snapshot)
         return self.ready()
 
@@ -533,6 +702,7 @@ class HerderCore:
         snapshot = self.snapshot
         if not self.still_current(ticket):
             self.reconfigure.succeeded(name)
+            self._again_if_kept(ticket, now_ms)
             return
         if (
             configs != snapshot.task_configs(name)
@@ -562,10 +732,22 @@ class HerderCore:
             delay,
         )
 
-    def task_configs_done(self, ticket: Ticket) -> None:
+    def task_configs_done(self, ticket: Ticket, now_ms: int | None = None) -> None:
         """The task set was written (or forwarded), or no longer needed to be."""
         self._reconfigured.discard(ticket.name)
         self.reconfigure.succeeded(ticket.name)
+        if now_ms is not None and not self.still_current(ticket):
+            self._again_if_kept(ticket, now_ms)
+
+    def _again_if_kept(self, ticket: Ticket, now_ms: int) -> None:
+        """A ticket outlived only by its generation: the connector instance it was for
+        runs on here (kept through a cooperative rebalance), so ask it again."""
+        if (
+            self._instances.get(ticket.name) == ticket.instance
+            and ticket.name in self._running
+            and self.snapshot.connector_config(ticket.name) == ticket.config
+        ):
+            self.request_reconfiguration(ticket.name, now_ms)
 
     # -- leadership and request admission -----------------------------------------------
 
@@ -617,6 +799,17 @@ class HerderCore:
         self.failure = error
         self.member_generation = None
         self._handling = None
+
+
+def without(
+    assignment: Assignment, connectors: set[str], tasks: set[ConnectorTaskId]
+) -> Assignment:
+    """``assignment`` less the given connectors and tasks."""
+    return msgspec.structs.replace(
+        assignment,
+        connectors=tuple(c for c in assignment.connectors if c not in connectors),
+        tasks=tuple(t for t in assignment.tasks if t not in tasks),
+    )
 
 
 def _starts_work(effect: Effect) -> bool:

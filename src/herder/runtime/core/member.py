@@ -16,7 +16,8 @@ effects to carry out, in order:
 * :class:`Revoke`: stop all work of that generation, then call ``revoked``.
 * :class:`Assign` (the leader only): run the assignor over the members' metadata and
   feed the result to ``assignment_made``.
-* :class:`Assigned`: from now on the member holds ``assignment`` in ``generation``.
+* :class:`Assigned`: from now on the member holds ``assignment`` in ``generation``
+  (in cooperative mode: stop what it revokes, then call ``revoked``).
 * :class:`HeartbeatFailed`: news for a callback; the machine has dealt with it.
 * :class:`Failed`: the member stops for good; nothing is emitted after it.
 
@@ -44,6 +45,18 @@ stop when the JoinGroup is sent. A heartbeat answered REBALANCE_IN_PROGRESS star
 FENCED too, but stop the heartbeats, whose generation is over; a coordinator error or a
 lost heartbeat drops the coordinator and the heartbeats go on against the next one.
 
+**Cooperative mode** (a generation whose protocol is one of ``cooperative_protocols``,
+Connect's ``compatible`` and ``sessioned``, KIP-415): the member keeps its work across a
+rejoin, so no :class:`Revoke`
+precedes a join. Instead every :class:`Assigned` opens a revocation: the holder stops
+what the assignment revokes (perhaps nothing), calls ``revoked`` and, if it stopped
+anything, ``request_rejoin`` so the leader can hand it on; no JoinGroup goes out in
+between, so the metadata of the next join never claims work that is on its way out.
+Only when the member learns that its generation went on without it (a heartbeat
+answered ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID or FENCED, or a join or sync answered
+UNKNOWN_MEMBER_ID) does it give everything up with :class:`Revoke` before it joins:
+its work may have been handed to others meanwhile.
+
 **Leaving.** ``leave`` emits :class:`Revoke` (if an assignment is held) and then
 :class:`SendLeave` at once, without waiting for ``revoked``: the others rebalance
 without this member straight away, as after Kafka's ``maybeLeaveGroup``, instead of
@@ -58,7 +71,7 @@ from __future__ import annotations
 import enum
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from herder.coordinator import messages as m
@@ -240,6 +253,7 @@ class MemberMachine:
         request_timeout_ms: int = 30_000,
         rng: random.Random,
         group_instance_id: str | None = None,
+        cooperative_protocols: Collection[str] = (),
     ) -> None:
         self.group_id = group_id
         self.protocol_type = protocol_type
@@ -257,10 +271,14 @@ class MemberMachine:
         self._rng = rng
         #: a static member's instance id (KIP-345): it keeps its place across restarts
         self.group_instance_id = group_instance_id
+        #: in a generation of these protocols the member keeps its work across rejoins
+        #: and revocations come with assignments (KIP-415)
+        self.cooperative_protocols = frozenset(cooperative_protocols)
 
         self.state = MemberState.UNJOINED
         self.member_id = m.NO_MEMBER_ID
-        #: the generation whose assignment this member holds (None while rebalancing)
+        #: the generation whose assignment this member holds (None while rebalancing,
+        #: unless cooperative: then it is held until the next one or given up)
         self.generation: Generation | None = None
         self.failure: HerderError | None = None
 
@@ -272,8 +290,11 @@ class MemberMachine:
         self._joined: m.JoinGroupResponse | None = None
         #: a join round is wanted
         self._rejoin = False
-        #: a Revoke was emitted and ``revoked`` has not been called yet
-        self._revoking = False
+        #: revocations opened (a Revoke, or an Assigned in cooperative mode) that
+        #: ``revoked`` has not closed yet
+        self._revocations = 0
+        #: cooperative: the held generation went on without this member
+        self._generation_lost = False
         #: the generation heartbeats go out for (None: no heartbeats)
         self._heartbeat_generation: Generation | None = None
         self._heartbeat_due_ms: int | None = None
@@ -360,7 +381,10 @@ class MemberMachine:
             self._retries = 0
             self._heartbeat_generation = generation
             self._heartbeat_due_ms = now_ms + self.heartbeat_interval_ms
+            self._generation_lost = False
             out.append(Assigned(generation, response.assignment))
+            if generation.protocol in self.cooperative_protocols:
+                self._revocations += 1
         else:
             self._round_failed(_Kind.SYNC, self._error(_Kind.SYNC, code), now_ms, out)
         return self._advance(now_ms, out)
@@ -390,10 +414,11 @@ class MemberMachine:
         return self._advance(now_ms, out)
 
     def revoked(self, now_ms: int) -> list[Effect]:
-        """The work of the generation last revoked has stopped."""
-        if not self._revoking or self.state in (MemberState.FAILED, MemberState.CLOSED):
+        """The work of the oldest open revocation has stopped (in cooperative mode: what
+        the latest assignment revoked, perhaps nothing)."""
+        if not self._revocations or self.state in (MemberState.FAILED, MemberState.CLOSED):
             return []
-        self._revoking = False
+        self._revocations -= 1
         return self._advance(now_ms, [])
 
     def request_rejoin(self, now_ms: int) -> list[Effect]:
@@ -473,7 +498,7 @@ class MemberMachine:
         heartbeat = self._heartbeats_due_at()
         if heartbeat is not None:
             due.append(heartbeat)
-        if self._joins_waiting() and not self._revoking and self._retry_at_ms is not None:
+        if self._joins_waiting() and not self._revocations and self._retry_at_ms is not None:
             due.append(self._retry_at_ms)
         return min(due) if due else None
 
@@ -482,9 +507,12 @@ class MemberMachine:
     def _advance(self, now_ms: int, out: list[Effect]) -> list[Effect]:
         """Send what the state calls for now: the JoinGroup of a round, a heartbeat."""
         if self._joins_waiting():
-            if self.generation is not None:
+            held = self.generation
+            if held is not None and (
+                held.protocol not in self.cooperative_protocols or self._generation_lost
+            ):
                 self._give_up(out)
-            if self._revoking:
+            if self._revocations:
                 self.state = MemberState.REVOKING
             elif self._retry_at_ms is None or now_ms >= self._retry_at_ms:
                 self._send_join(now_ms, out)
@@ -512,7 +540,8 @@ class MemberMachine:
         assert self.generation is not None
         out.append(Revoke(self.generation))
         self.generation = None
-        self._revoking = True
+        self._generation_lost = False
+        self._revocations += 1
 
     def _send_join(self, now_ms: int, out: list[Effect]) -> None:
         self._rejoin = False
@@ -588,6 +617,7 @@ class MemberMachine:
                 self.member_id,
             )
             self.member_id = m.NO_MEMBER_ID
+            self._generation_lost = True
             self._round_over()
         elif code in _REJOIN:
             log.info("group %s: %s answered %s; rejoining", self.group_id, kind.value, code.name)
@@ -620,6 +650,7 @@ class MemberMachine:
         elif code in _GENERATION_OVER:
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = m.NO_MEMBER_ID
+            self._generation_lost = True
             self._rejoin = True
             self._heartbeat_generation = self._heartbeat_due_ms = None
         elif code in _REDISCOVER or error.retriable:

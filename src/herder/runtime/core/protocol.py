@@ -1,10 +1,13 @@
 """The worker group protocol: what workers tell the leader, and what the leader tells them back.
 
-Workers join the group ``group.id`` at the coordinator with one *protocol*, ``eager``
-(Kafka Connect's ``connect.protocol=eager``): on every rebalance each worker stops all of
-its work, joins with its :class:`WorkerMetadata`, and the leader hands each member an
-:class:`Assignment`. The coordinator only relays these as opaque bytes, so the encoding
-here is the whole contract between workers of different versions.
+Workers join the group ``group.id`` at the coordinator offering the *protocols* of
+:class:`ConnectProtocol` their ``connect.protocol`` allows, and the coordinator picks the
+one all members offer. Under ``eager`` each worker stops all of its work before it joins;
+under ``compatible`` and ``sessioned`` (KIP-415) it keeps its work and says so in its
+:class:`WorkerMetadata`, and the :class:`Assignment` names what it must give up. Either
+way the leader hands each member an :class:`Assignment`. The coordinator only relays
+these as opaque bytes, so the encoding here is the whole contract between workers of
+different versions.
 
 Both messages are MessagePack maps whose first key is ``version``. A newer worker may
 only *add* fields: an older one decodes the fields it knows and ignores the rest, which is
@@ -19,11 +22,14 @@ from typing import Final, TypeVar
 
 import msgspec
 
-from herder.errors import ConfigError, NotSupported, ProtocolError, UnsupportedVersion
+from herder.errors import ConfigError, ProtocolError, UnsupportedVersion
 
 __all__ = [
     "CONNECT_PROTOCOL_CONFIG",
     "CONNECT_PROTOCOL_V0",
+    "CONNECT_PROTOCOL_V1",
+    "CONNECT_PROTOCOL_V2",
+    "COOPERATIVE_PROTOCOLS",
     "Assignment",
     "AssignmentError",
     "ConnectProtocol",
@@ -37,8 +43,15 @@ __all__ = [
 ]
 
 CONNECT_PROTOCOL_CONFIG: Final = "connect.protocol"
-#: The only version written so far; decoding accepts any version at or above it.
+#: The eager protocol's messages; decoding accepts any version at or above it.
 CONNECT_PROTOCOL_V0: Final = 0
+#: Incremental cooperative rebalancing (KIP-415, ``compatible``): the metadata also says
+#: what the worker holds, the assignment also what it must give up and for how long lost
+#: work is held back.
+CONNECT_PROTOCOL_V1: Final = 1
+#: The same messages under ``sessioned`` (KIP-507: internal requests signed with the
+#: leader's session key).
+CONNECT_PROTOCOL_V2: Final = 2
 
 
 class ConnectProtocol(StrEnum):
@@ -46,30 +59,44 @@ class ConnectProtocol(StrEnum):
 
     #: stop everything, rejoin, start what the new assignment says (Connect before KIP-415)
     EAGER = "eager"
+    #: incremental cooperative rebalancing (KIP-415): only what must move stops
+    COMPATIBLE = "compatible"
+    #: the same, with internal requests signed by the leader's session key (KIP-507)
+    SESSIONED = "sessioned"
+
+    @property
+    def cooperative(self) -> bool:
+        return self is not ConnectProtocol.EAGER
+
+    @property
+    def version(self) -> int:
+        """The version of the messages this protocol sends (Connect's numbering)."""
+        return _VERSIONS[self]
+
+    def offered(self) -> tuple[ConnectProtocol, ...]:
+        """What a worker set to this protocol offers when it joins, most preferred first:
+        a newer protocol also offers the older ones, so a group of mixed settings agrees on
+        the newest that all of its workers speak (Connect's ConnectProtocolCompatibility)."""
+        order = (ConnectProtocol.SESSIONED, ConnectProtocol.COMPATIBLE, ConnectProtocol.EAGER)
+        return order[order.index(self) :]
 
 
-# Connect's later protocols, named so a user who copies a modern worker config learns at
-# once that they are absent rather than reading "invalid value".
-_UNSUPPORTED_PROTOCOLS: Final = {
-    "compatible": "incremental cooperative rebalancing (KIP-415)",
-    "sessioned": "incremental cooperative rebalancing with session keys (KIP-507)",
+_VERSIONS: Final = {
+    ConnectProtocol.EAGER: CONNECT_PROTOCOL_V0,
+    ConnectProtocol.COMPATIBLE: CONNECT_PROTOCOL_V1,
+    ConnectProtocol.SESSIONED: CONNECT_PROTOCOL_V2,
 }
+
+#: the protocol names under which a worker keeps its work across rebalances
+COOPERATIVE_PROTOCOLS: Final = frozenset(p.value for p in ConnectProtocol if p.cooperative)
 
 
 def parse_connect_protocol(value: str) -> ConnectProtocol:
-    """The protocol named by the worker's ``connect.protocol`` setting.
-
-    Raises NotSupported for Connect's cooperative protocols, which herder does not
-    implement, and ConfigError for anything else that is not a protocol name.
-    """
+    """The protocol named by the worker's ``connect.protocol`` setting; ConfigError for
+    anything that is not a protocol name."""
     name = value.strip().lower()
     if name in {p.value for p in ConnectProtocol}:
         return ConnectProtocol(name)
-    if name in _UNSUPPORTED_PROTOCOLS:
-        raise NotSupported(
-            f"{CONNECT_PROTOCOL_CONFIG}={name} ({_UNSUPPORTED_PROTOCOLS[name]}) is not "
-            f"supported; set {CONNECT_PROTOCOL_CONFIG}=eager"
-        )
     valid = ", ".join(p.value for p in ConnectProtocol)
     raise ConfigError(
         f"Invalid value {value!r} for configuration {CONNECT_PROTOCOL_CONFIG}: "
@@ -104,11 +131,18 @@ class AssignmentError(IntEnum):
 class WorkerMetadata(msgspec.Struct, frozen=True, kw_only=True):
     """What a worker says about itself when it joins: how far it has read the config log
     (so the leader can tell whether it is behind) and where its REST API answers (so
-    others can forward requests to it when it leads)."""
+    others can forward requests to it when it leads).
+
+    Under the cooperative protocols (version 1 and up) ``connectors`` and ``tasks`` are
+    the work the worker holds as it joins, which the leader leaves where it is unless it
+    must move; an eager worker holds nothing when it joins and leaves them empty.
+    """
 
     version: int = CONNECT_PROTOCOL_V0
     config_offset: int
     url: str
+    connectors: tuple[str, ...] = ()
+    tasks: tuple[ConnectorTaskId, ...] = ()
 
 
 class Assignment(msgspec.Struct, frozen=True, kw_only=True):
@@ -118,6 +152,14 @@ class Assignment(msgspec.Struct, frozen=True, kw_only=True):
     member that has read less must catch up before starting anything. ``error`` is an
     int rather than :class:`AssignmentError` so that a code added by a newer leader still
     decodes (and counts as :attr:`failed`) on an older worker.
+
+    Under the cooperative protocols ``connectors`` and ``tasks`` are everything the member
+    holds after this round: what it kept plus what it is given. (Connect sends only the
+    additions and has the member add what it kept; the whole says the same and spares the
+    member a merge that could drift.) ``revoked_connectors`` and ``revoked_tasks`` are
+    what it must stop, after which it rejoins so the leader can hand them on; ``delay``
+    (ms) is how long the work of a departed worker is held back for its return, after
+    which the members rejoin to have it reassigned.
     """
 
     version: int = CONNECT_PROTOCOL_V0
@@ -127,6 +169,9 @@ class Assignment(msgspec.Struct, frozen=True, kw_only=True):
     config_offset: int
     connectors: tuple[str, ...] = ()
     tasks: tuple[ConnectorTaskId, ...] = ()
+    revoked_connectors: tuple[str, ...] = ()
+    revoked_tasks: tuple[ConnectorTaskId, ...] = ()
+    delay: int = 0
 
     @property
     def failed(self) -> bool:
