@@ -37,7 +37,15 @@ METRICS = {
 
 
 class Workers:
-    def __init__(self, processes: Processes, tmp_path: Path, server: ServerHandle) -> None:
+    def __init__(
+        self,
+        processes: Processes,
+        tmp_path: Path,
+        server: ServerHandle,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        #: worker properties beyond the ones every worker here gets
+        self.extra = extra or {}
         self.processes = processes
         self.tmp_path = tmp_path
         self.server = server
@@ -58,6 +66,7 @@ class Workers:
             "rebalance.timeout.ms": 20_000,
             "task.execution.factory": "tests.fixtures.connectors:MarkerExecutions",
         }
+        props.update(self.extra)
         if instance_id is not None:
             props["group.instance.id"] = instance_id
         path = self.tmp_path / f"worker-{port}.properties"

@@ -86,8 +86,16 @@ WORKER_CONFIG = (
     .define("status.storage.topic", Type.STRING, default=DEFAULT_STATUS_LOG,
             importance=Importance.HIGH, documentation="Ensemble log of statuses.")
     .define("connect.protocol", Type.STRING, default="eager",
-            validator=ValidString.in_("eager"), importance=Importance.LOW,
-            documentation="The worker group protocol; only eager is supported.")
+            validator=ValidString.in_("eager", "compatible"), importance=Importance.LOW,
+            documentation="The worker group protocol: eager (every rebalance stops "
+                          "everything) or compatible (incremental cooperative rebalancing, "
+                          "KIP-415: only what moves stops). sessioned, which also signs "
+                          "internal requests, is not supported yet.")
+    .define("scheduled.rebalance.max.delay.ms", Type.INT, default=300_000,
+            validator=Range.at_least(0), importance=Importance.LOW,
+            documentation="Under connect.protocol=compatible, how long the work of a worker "
+                          "that left stays unassigned, waiting for it to come back, before "
+                          "it goes to the others (0: at once).")
     .define("storage.root", Type.STRING, default="", importance=Importance.HIGH,
             documentation="Where topic data lives: a local path or a Hadoop filesystem URI.")
     .define("topic.tracking.enable", Type.BOOLEAN, default=True, importance=Importance.LOW,
@@ -128,6 +136,8 @@ class WorkerConfig:
     connector_call_timeout_ms: int = 60_000
     #: a static worker's ``group.instance.id`` (None: a dynamic member)
     group_instance_id: str | None = None
+    connect_protocol: str = "eager"
+    scheduled_rebalance_max_delay_ms: int = 300_000
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> WorkerConfig:
@@ -163,6 +173,8 @@ class WorkerConfig:
             task_start_timeout_ms=v["task.start.timeout.ms"],
             connector_call_timeout_ms=v["connector.call.timeout.ms"],
             group_instance_id=v["group.instance.id"],
+            connect_protocol=v["connect.protocol"],
+            scheduled_rebalance_max_delay_ms=v["scheduled.rebalance.max.delay.ms"],
         )
 
     def advertised_address(self, bound_port: int) -> str:

@@ -28,7 +28,6 @@ from herder.errors import HerderError, RebalanceInProgress, ServerStopping
 from herder.runtime.connector_offsets import ConnectorOffsets
 from herder.runtime.core import effects as fx
 from herder.runtime.core.admission import NotFound
-from herder.runtime.core.assignor import EagerAssignor
 from herder.runtime.core.config_state import (
     ClusterConfigSnapshot,
     ClusterLoggerLevel,
@@ -38,10 +37,11 @@ from herder.runtime.core.config_state import (
 from herder.runtime.core.herder import HerderCore
 from herder.runtime.core.member import Generation
 from herder.runtime.core.protocol import (
+    COOPERATIVE_PROTOCOLS,
     decode_assignment,
     decode_metadata,
     encode_assignment,
-    encode_metadata,
+    parse_connect_protocol,
 )
 from herder.runtime.core.rebalance_metrics import RebalanceMetrics
 from herder.runtime.core.rules import RequestQueue
@@ -116,6 +116,8 @@ class DistributedHerder(HerderRequests):
             "",
             statuses=self.statuses.view,
             unsync_backoff_ms=config.worker_unsync_backoff_ms,
+            protocol=parse_connect_protocol(config.connect_protocol),
+            max_delay_ms=config.scheduled_rebalance_max_delay_ms,
         )
         self._member_factory = member_factory
         #: Connect's connect-worker-rebalance-metrics of this worker
@@ -198,6 +200,7 @@ class DistributedHerder(HerderRequests):
             on_assigned=self._on_assigned,
             on_revoked=self._on_revoked,
             on_failed=self._member_failed,
+            cooperative_protocols=COOPERATIVE_PROTOCOLS,
             session_timeout_ms=self.config.session_timeout_ms,
             rebalance_timeout_ms=self.config.rebalance_timeout_ms,
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
@@ -269,11 +272,12 @@ class DistributedHerder(HerderRequests):
     # -- events for the core ----------------------------------------------------------
 
     def _protocols(self) -> list[tuple[str, bytes]]:
-        return [(EagerAssignor.protocol.value, encode_metadata(self.core.metadata()))]
+        return self.core.protocols()
 
     def _assign(self, leader_id: str, protocol: str, members: Any) -> dict[str, bytes]:
         decoded = {member: decode_metadata(data) for member, data in members.items()}
-        return {m: encode_assignment(a) for m, a in self.core.assign(leader_id, decoded).items()}
+        result = self.core.assign(leader_id, decoded, protocol, _now_ms())
+        return {m: encode_assignment(a) for m, a in result.items()}
 
     async def _on_revoked(self) -> None:
         """Nothing of the revoked generation starts from here on; the work stops on the
@@ -411,7 +415,11 @@ class DistributedHerder(HerderRequests):
                     await worker.stop_all()
                 core.work_stopped()
             case fx.FinishRevocation():
-                self._finish_revocations()
+                if self._revocations:
+                    self._finish_revocations()  # the member's on_revoked returns
+                elif self.member is not None:
+                    # a cooperative assignment's revocation: the member may rejoin
+                    self.member.revocation_finished()
             case fx.ReadToEnd(at_least=at_least):
                 with self._doing("reading the config log to its end"):
                     core.caught_up(await self._read_configs_to(at_least))

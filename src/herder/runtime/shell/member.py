@@ -30,7 +30,7 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from herder.coordinator import apis
@@ -104,6 +104,7 @@ class GroupMember:
         request_timeout_ms: int = 30_000,
         connections: CoordinatorConnections | None = None,
         group_instance_id: str | None = None,
+        cooperative_protocols: Collection[str] = (),
     ) -> None:
         self.group_id = group_id
         self.client_id = client_id
@@ -126,6 +127,7 @@ class GroupMember:
             request_timeout_ms=request_timeout_ms,
             rng=random.Random(),
             group_instance_id=group_instance_id,
+            cooperative_protocols=cooperative_protocols,
         )
         #: a static member needs JoinGroup version 1, which knows instance ids
         self._min_version = 1 if group_instance_id is not None else 0
@@ -200,6 +202,11 @@ class GroupMember:
                 if generation is not None and generation is self._ready:
                     return generation
                 await self._changed.wait()
+
+    def revocation_finished(self) -> None:
+        """Cooperative protocols: the work an assignment revoked has stopped, so the
+        member may join again (for the follow-up round)."""
+        self._post(self._machine.revoked)
 
     async def leave_group(self) -> None:
         """Leave the group now and stay out until :meth:`request_rejoin`.
