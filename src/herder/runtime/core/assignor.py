@@ -14,6 +14,7 @@ from typing import Final
 
 from herder.runtime.core.config_state import ClusterConfigSnapshot, TargetState
 from herder.runtime.core.protocol import (
+    CONNECT_PROTOCOL_V0,
     Assignment,
     AssignmentError,
     ConnectorTaskId,
@@ -21,9 +22,40 @@ from herder.runtime.core.protocol import (
     WorkerMetadata,
 )
 
-__all__ = ["EagerAssignor"]
+__all__ = ["EagerAssignor", "config_mismatch"]
 
 log = logging.getLogger(__name__)
+
+
+def config_mismatch(
+    leader_id: str,
+    members: Mapping[str, WorkerMetadata],
+    snapshot: ClusterConfigSnapshot,
+    version: int = CONNECT_PROTOCOL_V0,
+) -> dict[str, Assignment] | None:
+    """What every member gets when the leader is behind one of them (seeds 001/002):
+    CONFIG_MISMATCH with the highest offset seen, so each reads to the end and rejoins.
+    None when the leader has read as far as every member, so it may assign."""
+    if leader_id not in members:
+        raise ValueError(f"leader {leader_id!r} is not among the members")
+    max_offset = max(m.config_offset for m in members.values())
+    if snapshot.offset >= max_offset:
+        return None
+    log.warning(
+        "Leader %s has read the config log to %d but a member is at %d; "
+        "assigning nothing (CONFIG_MISMATCH)",
+        leader_id,
+        snapshot.offset,
+        max_offset,
+    )
+    mismatch = Assignment(
+        version=version,
+        error=AssignmentError.CONFIG_MISMATCH,
+        leader=leader_id,
+        leader_url=members[leader_id].url,
+        config_offset=max_offset,
+    )
+    return dict.fromkeys(members, mismatch)
 
 
 class EagerAssignor:
@@ -63,25 +95,10 @@ class EagerAssignor:
         catch up before assigning, so nobody gets work: every member gets
         CONFIG_MISMATCH with the highest offset seen, reads to the end and rejoins.
         """
-        if leader_id not in members:
-            raise ValueError(f"leader {leader_id!r} is not among the members")
+        mismatch = config_mismatch(leader_id, members, snapshot)
+        if mismatch is not None:
+            return mismatch
         leader_url = members[leader_id].url
-        max_offset = max(m.config_offset for m in members.values())
-        if snapshot.offset < max_offset:
-            log.warning(
-                "Leader %s has read the config log to %d but a member is at %d; "
-                "assigning nothing (CONFIG_MISMATCH)",
-                leader_id,
-                snapshot.offset,
-                max_offset,
-            )
-            mismatch = Assignment(
-                error=AssignmentError.CONFIG_MISMATCH,
-                leader=leader_id,
-                leader_url=leader_url,
-                config_offset=max_offset,
-            )
-            return dict.fromkeys(members, mismatch)
 
         holding = sorted(m for m, md in members.items() if md.connectors or md.tasks)
         if holding:

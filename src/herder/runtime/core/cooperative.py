@@ -24,11 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from herder.runtime.core.assignor import config_mismatch
 from herder.runtime.core.config_state import ClusterConfigSnapshot, TargetState
 from herder.runtime.core.protocol import (
     CONNECT_PROTOCOL_V1,
     Assignment,
-    AssignmentError,
     ConnectorTaskId,
     WorkerMetadata,
 )
@@ -105,26 +105,10 @@ class CooperativeAssignor:
     ) -> tuple[dict[str, Assignment], Memory]:
         """Every member's assignment for this round, keyed by member id, and what the
         leader must remember for the next one."""
-        if leader_id not in members:
-            raise ValueError(f"leader {leader_id!r} is not among the members")
+        mismatch = config_mismatch(leader_id, members, snapshot, self.version)
+        if mismatch is not None:
+            return mismatch, memory
         leader_url = members[leader_id].url
-        max_offset = max(m.config_offset for m in members.values())
-        if snapshot.offset < max_offset:
-            log.warning(
-                "Leader %s has read the config log to %d but a member is at %d; "
-                "assigning nothing (CONFIG_MISMATCH)",
-                leader_id,
-                snapshot.offset,
-                max_offset,
-            )
-            mismatch = Assignment(
-                version=self.version,
-                error=AssignmentError.CONFIG_MISMATCH,
-                leader=leader_id,
-                leader_url=leader_url,
-                config_offset=max_offset,
-            )
-            return dict.fromkeys(members, mismatch), memory
 
         configured = _configured(snapshot)
         owned = {
