@@ -27,12 +27,10 @@ from herder.ensemble.client import EnsembleClient
 from herder.errors import HerderError, RebalanceInProgress, ServerStopping
 from herder.runtime.connector_offsets import ConnectorOffsets
 from herder.runtime.core import effects as fx
-from herder.runtime.core.admission import NotFound
 from herder.runtime.core.config_state import (
     ClusterConfigSnapshot,
     ClusterLoggerLevel,
     ConfigCommand,
-    task_config_records,
 )
 from herder.runtime.core.herder import HerderCore
 from herder.runtime.core.member import Generation
@@ -570,16 +568,6 @@ class DistributedHerder(HerderRequests):
         response = await self._http.post(f"{url}/connectors/{name}/tasks", json=configs)
         if response.status_code >= 400:
             raise HerderError(f"leader refused task configs for {name}: {response.text}")
-
-    async def write_task_configs(self, name: str, configs: list[dict[str, str]]) -> None:
-        """Leader only: fence the connector's old tasks, then write its new task set."""
-        self.core.require_leader()
-        if name not in self.configs.snapshot():
-            # a deleted connector's task set would come back with a connector of its name
-            raise NotFound(f"Connector {name} not found")
-        await self.coordinator.init_fencing(f"connector-{name}")
-        await self._write_configs(task_config_records(name, configs))
-        log.info("connector %s: wrote %d task configs", name, len(configs))
 
     # -- requests ---------------------------------------------------------------------
 

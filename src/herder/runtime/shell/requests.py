@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -62,8 +63,9 @@ def _offsets_message(change: str) -> dict[str, str]:
     }
 
 
-class HerderRequests:
-    """The requests of :class:`~herder.runtime.shell.herder.DistributedHerder`."""
+class HerderRequests(ABC):
+    """The requests of :class:`~herder.runtime.shell.herder.DistributedHerder`, which
+    provides the stores, the core and the loop they run on."""
 
     config: WorkerConfig
     plugins: Plugins
@@ -75,14 +77,13 @@ class HerderRequests:
     connector_offsets: ConnectorOffsets
     _connector_starts: dict[str, asyncio.Task[bool]]
 
+    @abstractmethod
     async def submit(self, action: Callable[[], Awaitable[T]], delay_s: float = 0.0) -> T:
-        raise NotImplementedError
+        """Run ``action`` on the herder loop, after ``delay_s``, in order of arrival."""
 
+    @abstractmethod
     async def _carry_out(self, effects: list[fx.Effect] | None = None) -> None:
-        raise NotImplementedError
-
-    async def write_task_configs(self, name: str, configs: list[dict[str, str]]) -> None:
-        raise NotImplementedError
+        """Carry out ``effects`` and whatever the core queues after them."""
 
     # -- config writes ----------------------------------------------------------------
 
@@ -96,6 +97,16 @@ class HerderRequests:
             await self.configs.write(records, checks)
         except CheckFailed:
             raise self.core.write_refused() from None
+
+    async def write_task_configs(self, name: str, configs: list[dict[str, str]]) -> None:
+        """Leader only: fence the connector's old tasks, then write its new task set."""
+        self.core.require_leader()
+        if name not in self.configs.snapshot():
+            # a deleted connector's task set would come back with a connector of its name
+            raise NotFound(f"Connector {name} not found")
+        await self.coordinator.init_fencing(f"connector-{name}")
+        await self._write_configs(task_config_records(name, configs))
+        log.info("connector %s: wrote %d task configs", name, len(configs))
 
     # -- connector configs ------------------------------------------------------------
 
