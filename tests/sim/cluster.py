@@ -45,6 +45,7 @@ from herder.ensemble.zab.messages import (
 from herder.errors import NotLeader
 from tests.sim.checker import Checker, SafetyViolation
 from tests.sim.disk import HostSnapshot
+from tests.sim.failures import LivenessFailure, SimulationFailure
 from tests.sim.host import NEVER, SimServer, encode_state
 from tests.sim.profiles import DRAWN, PROFILES
 
@@ -68,18 +69,6 @@ def _is_critical(message: Message) -> bool:
 
 
 _SYNC_KINDS = {Snap: "snap", Diff: "diff", Trunc: "trunc"}
-
-
-class SimulationFailure(AssertionError):
-    """A seed failed; the message says how, where, and how to replay it."""
-
-    def __init__(self, message: str, cause: BaseException) -> None:
-        super().__init__(message)
-        self.cause = cause
-
-
-class LivenessFailure(AssertionError):
-    pass
 
 
 @dataclass

@@ -73,6 +73,7 @@ from herder.runtime.core.protocol import (
 )
 from herder.runtime.core.status import ConnectorStatus, State, StatusView, TaskStatus, status_record
 from tests.sim.connect.checker import Checker, Violation
+from tests.sim.failures import SimulationFailure
 
 CONFIGS = "_configs"
 STATUS = "_status"
@@ -86,10 +87,6 @@ HEARTBEAT_MS = 3_000
 UNSYNC_BACKOFF_MS = 1_000
 #: after the faults stop, everything must run within this much simulated time
 LIVENESS_MS = 180_000
-
-
-class SimulationFailure(AssertionError):
-    pass
 
 
 @dataclass
@@ -1025,7 +1022,8 @@ class Simulation:
             raise SimulationFailure(
                 f"seed {self.seed}: {v} (replay: python -m tests.sim.connect --seed {self.seed})"
                 + "\n"
-                + "\n".join(self.trace[-40:])
+                + "\n".join(self.trace[-40:]),
+                v,
             ) from None
         return self.report
 

@@ -60,6 +60,7 @@ from herder.coordinator.records import (
 from herder.errors import ErrorCode
 from tests.sim.coordinator.checker import INVARIANTS, Checker
 from tests.sim.coordinator.clients import GROUP, Client, Phase, Process, Timing
+from tests.sim.failures import LivenessFailure, SimulationFailure
 
 #: every member still running must be in one Stable generation this soon after faults stop
 LIVENESS_MS = 600_000
@@ -106,18 +107,6 @@ PROFILES = {
     ),
     "churn": Profile(fault_every_ms=800),
 }
-
-
-class SimulationFailure(AssertionError):
-    """A seed failed; the message says how, where, and how to replay it."""
-
-    def __init__(self, message: str, cause: BaseException) -> None:
-        super().__init__(message)
-        self.cause = cause
-
-
-class LivenessFailure(AssertionError):
-    pass
 
 
 @dataclass
