@@ -507,3 +507,25 @@ def test_the_cooperative_leader_remembers_its_last_round(log: Log) -> None:
     # and an eager round forgets it all
     eager = core.assign("me", {"me": members["me"]}, "eager", 2_000)
     assert eager["me"].tasks == (T0,)
+
+
+def test_a_revocation_between_two_effects_drops_the_starts_still_queued(log: Log) -> None:
+    """The shell takes effects one at a time: what it has not taken yet can still go."""
+    core = core_at(log)
+    core.assigned(generation(leader=False), assignment(log))
+    assert isinstance(core.take(), fx.BeginGeneration)
+    core.revoking()  # while the shell carries out BeginGeneration
+    assert isinstance(core.take(), fx.StopAll)
+    assert core.take() is None
+
+
+def test_task_starts_queued_in_a_row_are_taken_together(log: Log) -> None:
+    log.connector("c", tasks=3)
+    core = core_at(log)
+    tasks = tuple(ConnectorTaskId("c", i) for i in range(3))
+    core.assigned(generation(leader=False), assignment(log, tasks=tasks))
+    assert kinds([core.take(), core.take()]) == ["BeginGeneration", "StartConnector"]  # type: ignore[list-item]
+    first = core.take()
+    assert isinstance(first, fx.StartTask)
+    assert [s.task_id for s in core.take_task_starts()] == list(tasks[1:])
+    assert core.take() is None

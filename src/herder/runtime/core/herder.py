@@ -169,6 +169,18 @@ class HerderCore:
         effects, self._outbox = self._outbox, []
         return effects
 
+    def take(self) -> Effect | None:
+        """The next effect to carry out, leaving the rest queued (where a revocation
+        can still drop the starts among them)."""
+        return self._outbox.pop(0) if self._outbox else None
+
+    def take_task_starts(self) -> list[StartTask]:
+        """The task starts queued next, in a row (to be carried out together)."""
+        starts: list[StartTask] = []
+        while self._outbox and isinstance(self._outbox[0], StartTask):
+            starts.append(self._outbox.pop(0))  # type: ignore[arg-type]
+        return starts
+
     def _emit(self, *effects: Effect) -> None:
         self._outbox.extend(effects)
 

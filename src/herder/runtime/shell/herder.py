@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -387,19 +388,16 @@ class DistributedHerder(HerderRequests):
     async def _carry_out(self, effects: list[fx.Effect] | None = None) -> None:
         """Carry out ``effects`` and then whatever the core queues, until it queues nothing.
 
-        The core's outbox is read one effect at a time, so a revocation that comes in
-        while an effect is under way drops the starts queued behind it.
+        The core's outbox is read one effect at a time (a row of task starts at once), so
+        a revocation that comes in while an effect is under way drops the starts queued
+        behind it.
         """
-        pending = list(effects or [])
-        while True:
-            pending.extend(self.core.ready())
-            if not pending:
-                return
-            effect = pending.pop(0)
+        given = deque(effects or ())
+        while (effect := given.popleft() if given else self.core.take()) is not None:
             if isinstance(effect, fx.StartTask):
                 batch = [effect]
-                while pending and isinstance(pending[0], fx.StartTask):
-                    batch.append(pending.pop(0))  # type: ignore[arg-type]
+                if not given:
+                    batch += self.core.take_task_starts()
                 with self._doing(f"starting {len(batch)} tasks"):
                     await asyncio.gather(*(self._start_task(e) for e in batch))
                 continue
