@@ -11,11 +11,8 @@ from hypothesis import strategies as st
 from herder.runtime.core.config_state import (
     ClusterConfigSnapshot,
     ConfigRecord,
-    ConfigState,
     TargetState,
-    connector_config_record,
     target_state_record,
-    task_config_records,
 )
 from herder.runtime.core.cooperative import CooperativeAssignor, Memory
 from herder.runtime.core.protocol import (
@@ -29,22 +26,11 @@ from herder.runtime.core.protocol import (
     encode_assignment,
     encode_metadata,
 )
+from tests.unit.runtime.test_assignor import connector, snapshot_of
 
 pytestmark = pytest.mark.unit
 
 T = ConnectorTaskId
-
-
-def snapshot_of(records: list[ConfigRecord]) -> ClusterConfigSnapshot:
-    state = ConfigState()
-    for offset, (key, value) in enumerate(records):
-        state.apply(offset, key, value)
-    return state.snapshot()
-
-
-def connector(name: str, tasks: int) -> list[ConfigRecord]:
-    config = {"connector.class": "FileStreamSource", "name": name}
-    return [connector_config_record(name, config), *task_config_records(name, [config] * tasks)]
 
 
 def worker(
