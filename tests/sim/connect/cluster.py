@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +72,12 @@ from herder.runtime.core.protocol import (
     encode_assignment,
     encode_metadata,
 )
+from herder.runtime.core.session_key import (
+    KeyPolicy,
+    SessionKey,
+    session_key_record,
+    signature_headers,
+)
 from herder.runtime.core.status import ConnectorStatus, State, StatusView, TaskStatus, status_record
 from tests.sim.connect.checker import Checker, Violation
 from tests.sim.failures import SimulationFailure
@@ -107,6 +114,8 @@ class Bugs:
     metadata_hides_work: bool = False
     #: a cooperative member dropped from the group rejoins still running its work
     dropped_member_keeps_work: bool = False
+    #: followers send their task configs unsigned under sessioned
+    unsigned_requests: bool = False
 
 
 @dataclass
@@ -129,6 +138,8 @@ class Report:
     revocations: int = 0
     #: workers that exited because their membership failed for good
     exits: int = 0
+    #: session keys written (sessioned)
+    session_keys: int = 0
 
 
 class Ensemble:
@@ -289,6 +300,8 @@ class Simulation:
             for _ in range(count)
         ]
         self.max_delay_ms = self.rng.choice([0, 3_000, 20_000])
+        #: inter.worker.key.ttl.ms: short enough that keys rotate during a run
+        self.key_ttl_ms = self.rng.choice([0, 5_000, 30_000])
         self.report.mode = self.mode
         self.workers = [self._new_worker(i, 0) for i in range(count)]
         #: (connector or task) -> its executions now
@@ -464,6 +477,7 @@ class Simulation:
             unsync_backoff_ms=UNSYNC_BACKOFF_MS,
             protocol=self.protocols[index],
             max_delay_ms=self.max_delay_ms,
+            key_policy=KeyPolicy(ttl_ms=self.key_ttl_ms),
         )
         self._plant(core)
         w = SimWorker(index, incarnation, member, core, statuses=statuses)
@@ -724,7 +738,23 @@ class Simulation:
                 return self._write_task_configs(w, ticket, list(configs))
             case fx.ForwardTaskConfigs(ticket=ticket, configs=configs, leader_url=url):
                 self._forward(w, ticket, list(configs), url)
+            case fx.DistributeSessionKey(created_ms=created_ms):
+                self.for_worker(
+                    w, self.rng.randint(1, 100), self._done(w, lambda: self._new_key(w, created_ms))
+                )
+                return True
         return False
+
+    def _new_key(self, w: SimWorker, created_ms: int) -> None:
+        policy = w.core.key_policy
+        key = SessionKey(self.rng.randbytes(policy.key_bytes), policy.key_algorithm, created_ms)
+        try:
+            ok = self.write_configs(w, [session_key_record(key)])
+        except HerderError:
+            ok = False
+        if ok:
+            self.report.session_keys += 1
+        w.core.session_key_written(ok, self.now)
 
     def _take_epoch(self, w: SimWorker, generation: Any) -> bool:
         def answered(response: Any) -> None:
@@ -845,6 +875,15 @@ class Simulation:
         if not w.core.still_current(ticket):
             w.core.task_configs_done(ticket, self.now)
             return
+        body = json.dumps(configs).encode()
+        signed = w.core.signs_requests and not self.bugs.unsigned_requests
+        headers = (
+            signature_headers(
+                w.core.snapshot.session_key, w.core.key_policy.signature_algorithm, body
+            )
+            if signed
+            else {}
+        )
         self.for_worker(w, 30_000, lambda: reply("the leader did not answer"))
         leader = next((x for x in self.workers if x.url == url and x.alive), None)
         if leader is None or self._lost():
@@ -866,6 +905,7 @@ class Simulation:
 
         def at_leader() -> None:
             try:
+                leader.core.check_internal_request(headers, body)
                 leader.core.require_leader()
                 if ticket.name not in leader.configs.snapshot():
                     raise HerderError("unknown connector")

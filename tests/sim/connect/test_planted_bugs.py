@@ -19,6 +19,7 @@ pytestmark = pytest.mark.sim
         ("status_ignores_generation", "the newest written is"),
         ("metadata_hides_work", "its revocation had not finished"),
         ("dropped_member_keeps_work", "at once, all members of the group"),
+        ("unsigned_requests", "has no task set yet"),
     ],
 )
 def test_a_planted_bug_is_caught(bug: str, caught_by: str) -> None:

@@ -162,6 +162,16 @@ class ForwardTaskConfigs:
     leader_url: str | None
 
 
+@dataclass(frozen=True)
+class DistributeSessionKey:
+    """Leader under ``sessioned``: write a new random session key, made at ``created_ms``
+    (wall clock), to the config log under the leader's fencing; then
+    ``session_key_written(ok)``."""
+
+    generation: Generation
+    created_ms: int
+
+
 Effect = (
     StopAll
     | FinishRevocation
@@ -181,4 +191,5 @@ Effect = (
     | GenerateTaskConfigs
     | WriteTaskConfigs
     | ForwardTaskConfigs
+    | DistributeSessionKey
 )

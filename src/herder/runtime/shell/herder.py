@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -44,6 +46,7 @@ from herder.runtime.core.protocol import (
 )
 from herder.runtime.core.rebalance_metrics import RebalanceMetrics
 from herder.runtime.core.rules import RequestQueue
+from herder.runtime.core.session_key import SessionKey, session_key_record, signature_headers
 from herder.runtime.group_failure import out_of_group
 from herder.runtime.loggers import Loggers
 from herder.runtime.plugins import Plugins
@@ -63,6 +66,10 @@ _Request = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any]"]
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class DistributedHerder(HerderRequests):
@@ -117,6 +124,7 @@ class DistributedHerder(HerderRequests):
             unsync_backoff_ms=config.worker_unsync_backoff_ms,
             protocol=parse_connect_protocol(config.connect_protocol),
             max_delay_ms=config.scheduled_rebalance_max_delay_ms,
+            key_policy=config.key_policy,
         )
         self._member_factory = member_factory
         #: Connect's connect-worker-rebalance-metrics of this worker
@@ -348,7 +356,7 @@ class DistributedHerder(HerderRequests):
 
     async def _step(self) -> None:
         await self._carry_out()
-        self.core.tick(_now_ms())
+        self.core.tick(_now_ms(), _wall_ms())
         await self._carry_out()
         while (request := self._requests.pop_due(_now_ms())) is not None:
             action, future = request
@@ -468,6 +476,24 @@ class DistributedHerder(HerderRequests):
                 await self._publish_task_configs(ticket, configs, forward_to=None)
             case fx.ForwardTaskConfigs(ticket=ticket, configs=configs, leader_url=url):
                 self._in_background(self._publish_task_configs(ticket, configs, forward_to=url))
+            case fx.DistributeSessionKey(created_ms=created_ms):
+                await self._distribute_session_key(created_ms)
+
+    async def _distribute_session_key(self, created_ms: int) -> None:
+        policy = self.config.key_policy
+        key = SessionKey(secrets.token_bytes(policy.key_bytes), policy.key_algorithm, created_ms)
+        try:
+            with self._doing("writing a new session key to the config log"):
+                await self._write_configs([session_key_record(key)])
+        except HerderError as exc:
+            log.info("worker %s: could not write a new session key (%s)", self.worker_id, exc)
+            self.core.session_key_written(False, _now_ms())
+        else:
+            log.info(
+                "worker %s: wrote a new session key for signing internal requests",
+                self.worker_id,
+            )
+            self.core.session_key_written(True, _now_ms())
 
     def _finish_revocations(self) -> None:
         revocations, self._revocations = self._revocations, []
@@ -563,7 +589,15 @@ class DistributedHerder(HerderRequests):
     ) -> None:
         if not url:
             raise RebalanceInProgress("no leader known to send task configs to")
-        response = await self._http.post(f"{url}/connectors/{name}/tasks", json=configs)
+        body = json.dumps(configs).encode()
+        headers = {"content-type": "application/json"}
+        if self.core.signs_requests:
+            headers |= signature_headers(
+                self.core.snapshot.session_key, self.config.key_policy.signature_algorithm, body
+            )
+        response = await self._http.post(
+            f"{url}/connectors/{name}/tasks", content=body, headers=headers
+        )
         if response.status_code >= 400:
             raise HerderError(f"leader refused task configs for {name}: {response.text}")
 
