@@ -610,11 +610,21 @@ class Simulation:
     def publish(self, w: SimWorker, instance: str | ConnectorTaskId, state: State) -> None:
         """The worker's StatusStore.put: skipped if its view holds a newer generation."""
         generation = w.begun if w.begun is not None else -1
+        self._publish_as(w, instance, state, w.worker_id, generation)
+
+    def _publish_as(
+        self,
+        w: SimWorker,
+        instance: str | ConnectorTaskId,
+        state: State,
+        worker_id: str,
+        generation: int,
+    ) -> None:
         status: ConnectorStatus | TaskStatus
         if isinstance(instance, str):
-            status = ConnectorStatus(instance, state, w.worker_id, generation)
+            status = ConnectorStatus(instance, state, worker_id, generation)
         else:
-            status = TaskStatus(instance, state, w.worker_id, generation)
+            status = TaskStatus(instance, state, worker_id, generation)
         if state is not State.DESTROYED and not w.statuses.supersedes(status):
             return
         key, value = status_record(status)
@@ -738,6 +748,9 @@ class Simulation:
                 return self._write_task_configs(w, ticket, list(configs))
             case fx.ForwardTaskConfigs(ticket=ticket, configs=configs, leader_url=url):
                 self._forward(w, ticket, list(configs), url)
+            case fx.PublishUnassigned(work=work, generation=generation):
+                for what, worker_id in work:
+                    self._publish_as(w, what, State.UNASSIGNED, worker_id, generation.generation_id)
             case fx.DistributeSessionKey(created_ms=created_ms):
                 self.for_worker(
                     w, self.rng.randint(1, 100), self._done(w, lambda: self._new_key(w, created_ms))

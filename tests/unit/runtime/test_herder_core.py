@@ -529,3 +529,21 @@ def test_task_starts_queued_in_a_row_are_taken_together(log: Log) -> None:
     assert isinstance(first, fx.StartTask)
     assert [s.task_id for s in core.take_task_starts()] == list(tasks[1:])
     assert core.take() is None
+
+
+def test_the_leader_publishes_held_back_work_as_unassigned_on_the_departed_worker(
+    log: Log,
+) -> None:
+    core = coop_core(log)
+    members = {
+        "a": WorkerMetadata(version=2, config_offset=log.offset, url="http://a:8083"),
+        "me": WorkerMetadata(version=2, config_offset=log.offset, url=ME),
+    }
+    core.assign("me", members, "sessioned", 0)
+    held_back = core.assign("me", {"me": members["me"]}, "sessioned", 1_000)
+    gen = Generation(2, "me", "me", "sessioned", ("me",))
+    core.assigned(gen, held_back["me"])
+    core.ready()
+    core.leader_epoch_taken(gen, 1)
+    published = [e for e in core.ready() if isinstance(e, fx.PublishUnassigned)]
+    assert published == [fx.PublishUnassigned((("c", "a:8083"), (T0, "a:8083")), gen)]

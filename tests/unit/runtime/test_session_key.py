@@ -249,3 +249,18 @@ def test_a_follower_checks_signatures_with_the_key_it_read() -> None:
     # a group that fell back to compatible (an older worker joined) stops checking
     core.assigned(Generation(2, "me", "other", "compatible", ()), assignment(log, tasks=()))
     core.check_internal_request({}, BODY)
+
+
+def test_a_retry_made_needless_by_another_key_is_not_due_again() -> None:
+    log = Log()
+    core = leader(log)
+    core.tick(0, wall_ms=0)
+    assert len(key_writes(core)) == 1
+    core.session_key_written(False, 0)
+    # meanwhile a key arrives (another leader's): the retry is due, then needless
+    log.write(session_key_record(SessionKey(b"k" * 32, "HmacSHA256", 0)))
+    core.configs_read(log.state.snapshot())
+    core.tick(1_000, wall_ms=1_000)
+    assert key_writes(core) == []
+    # what is due next is the key's expiry, not the retry's moment, now past
+    assert core.next_due_ms() == 60_000

@@ -172,6 +172,16 @@ class DistributeSessionKey:
     created_ms: int
 
 
+@dataclass(frozen=True)
+class PublishUnassigned:
+    """Cooperative leader: publish UNASSIGNED for the work of departed workers it holds
+    back, each naming the worker it waits for (``(work, worker id)`` pairs), under
+    ``generation`` — so its status no longer says RUNNING on a worker that is gone."""
+
+    work: tuple[tuple[str | ConnectorTaskId, str], ...]
+    generation: Generation
+
+
 Effect = (
     StopAll
     | FinishRevocation
@@ -192,4 +202,5 @@ Effect = (
     | WriteTaskConfigs
     | ForwardTaskConfigs
     | DistributeSessionKey
+    | PublishUnassigned
 )

@@ -63,6 +63,7 @@ from herder.runtime.core.effects import (
     GenerateTaskConfigs,
     LeaveAndBackOff,
     PublishRestarting,
+    PublishUnassigned,
     ReadToEnd,
     Rejoin,
     SetConnectorTarget,
@@ -436,6 +437,8 @@ class HerderCore:
         self.assignment = assignment
         snapshot = self.snapshot
         self._emit(BeginGeneration(generation))
+        if generation.is_leader and self._memory.lost:
+            self._emit(PublishUnassigned(self._held_back(), generation))
         # work kept from an earlier generation catches up with the configs it missed
         if self._instances or self._tasks:
             self._apply_config_change(rejoin=False)
@@ -455,6 +458,16 @@ class HerderCore:
             len(assignment.tasks),
             assignment.leader_url,
         )
+
+    def _held_back(self) -> tuple[tuple[str | ConnectorTaskId, str], ...]:
+        """The lost work this leader holds back, each with the id of the worker it
+        waits for (its advertised host:port, from its URL)."""
+        work: list[tuple[str | ConnectorTaskId, str]] = []
+        for url, held in sorted(self._memory.lost.items()):
+            worker_id = url.split("://", 1)[-1]
+            work.extend((name, worker_id) for name in sorted(held.connectors))
+            work.extend((task_id, worker_id) for task_id in sorted(held.tasks))
+        return tuple(work)
 
     def _start_connector(
         self, name: str, config: dict[str, str], snapshot: ClusterConfigSnapshot
@@ -587,12 +600,13 @@ class HerderCore:
             self._key_writing_ms = None  # the key written has been read back
         if not self._distributes_keys() or self._key_writing_ms is not None:
             return
-        if self._key_retry_at_ms is not None and now_ms < self._key_retry_at_ms:
-            return
+        if self._key_retry_at_ms is not None:
+            if now_ms < self._key_retry_at_ms:
+                return
+            self._key_retry_at_ms = None
         if not self.key_policy.needs_new_key(key, wall_ms):
             return
         assert self.generation is not None
-        self._key_retry_at_ms = None
         self._key_writing_ms = wall_ms
         log.debug("worker %s: distributing a new session key", self.worker_id)
         self._emit(DistributeSessionKey(self.generation, wall_ms))

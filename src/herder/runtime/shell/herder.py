@@ -39,6 +39,7 @@ from herder.runtime.core.herder import HerderCore
 from herder.runtime.core.member import Generation
 from herder.runtime.core.protocol import (
     COOPERATIVE_PROTOCOLS,
+    ConnectorTaskId,
     decode_assignment,
     decode_metadata,
     encode_assignment,
@@ -47,6 +48,7 @@ from herder.runtime.core.protocol import (
 from herder.runtime.core.rebalance_metrics import RebalanceMetrics
 from herder.runtime.core.rules import RequestQueue
 from herder.runtime.core.session_key import SessionKey, session_key_record, signature_headers
+from herder.runtime.core.status import ConnectorStatus, State, TaskStatus
 from herder.runtime.group_failure import out_of_group
 from herder.runtime.loggers import Loggers
 from herder.runtime.plugins import Plugins
@@ -478,6 +480,22 @@ class DistributedHerder(HerderRequests):
                 self._in_background(self._publish_task_configs(ticket, configs, forward_to=url))
             case fx.DistributeSessionKey(created_ms=created_ms):
                 await self._distribute_session_key(created_ms)
+            case fx.PublishUnassigned(work=work, generation=generation):
+                self._in_background(self._publish_unassigned(work, generation.generation_id))
+
+    async def _publish_unassigned(
+        self, work: tuple[tuple[str | ConnectorTaskId, str], ...], generation: int
+    ) -> None:
+        view = self.statuses.view
+        for what, worker_id in work:
+            status: ConnectorStatus | TaskStatus = (
+                ConnectorStatus(what, State.UNASSIGNED, worker_id, generation)
+                if isinstance(what, str)
+                else TaskStatus(what, State.UNASSIGNED, worker_id, generation)
+            )
+            current = view.get(status)
+            if current is None or current.state is not State.UNASSIGNED:
+                await self.statuses.put(status)
 
     async def _distribute_session_key(self, created_ms: int) -> None:
         policy = self.config.key_policy
