@@ -11,8 +11,7 @@ group unloaded, then loaded into a fresh coordinator from ``_groups``).
 
 Each seed draws the workers' ``connect.protocol``: all eager, all cooperative
 (``sessioned``), or a mix of eager, compatible and sessioned, which agrees on eager while
-an eager worker is in the group and moves to a cooperative protocol when none is (mixed
-seeds fail no coordinator over: see ``_fault``).
+an eager worker is in the group and moves to a cooperative protocol when none is.
 
 After every step :class:`~tests.sim.connect.checker.Checker` checks the invariants;
 after the faults stop, every connector and task must be RUNNING within a bound.
@@ -36,6 +35,7 @@ from herder.coordinator import messages as m
 from herder.coordinator.apis import fencing_op
 from herder.coordinator.config import CoordinatorConfig
 from herder.coordinator.coordinator import CoordinatorStatus, GroupCoordinator
+from herder.coordinator.member import Member as CoordinatorMember
 from herder.coordinator.records import (
     FENCING_LOG,
     GROUPS_LOG,
@@ -116,6 +116,9 @@ class Bugs:
     dropped_member_keeps_work: bool = False
     #: followers send their task configs unsigned under sessioned
     unsigned_requests: bool = False
+    #: a coordinator that loads a group knows each member only by the protocol the
+    #: group chose (Kafka's does), refusing an eager worker of a group being upgraded
+    loaded_members_forget_protocols: bool = False
 
 
 @dataclass
@@ -991,22 +994,17 @@ class Simulation:
             w = self.rng.choice(leaders if leaders and self.rng.random() < 0.5 else live)
             if not w.paused:
                 self._pause(w, self.rng.choice([2_000, 8_000, 15_000, 30_000]))
-        elif roll < 0.7 and self.mode != "mixed":
-            # A coordinator that loads a group knows each member only by the protocol it
-            # was stored under (Kafka's too), so a worker whose newest protocol is older
-            # than the group's is refused (INCONSISTENT_GROUP_PROTOCOL) until the group
-            # next rebalances, which a settled group never does. Mixed seeds leave that
-            # limit of the coordinator out; the others fail it over.
+        elif roll < 0.7:
             self.failover()
 
     def _exit(self, w: SimWorker, error: HerderError) -> None:
-        """A worker whose membership failed for good exits; its supervisor restarts it.
-        (An eager worker can be refused so: a coordinator that loaded the group keeps
-        only each member's chosen protocol, so until they rejoin it knows of no protocol
-        they share with a worker that offers eager alone: INCONSISTENT_GROUP_PROTOCOL.)"""
+        """A worker whose membership failed for good: nothing the simulator draws may
+        cause that (all workers share one valid config), so it is a violation. (One way
+        it happened: a coordinator that loaded a group knew each member only by the
+        protocol the group chose, and refused a worker offering only eager in the middle
+        of an upgrade with INCONSISTENT_GROUP_PROTOCOL.)"""
         self.report.exits += 1
-        self.log(f"worker {w.index} exits: {error}")
-        self._crash(w, counted=False)
+        raise Violation(f"worker {w.index} left its group for good: {error}")
 
     def _crash(self, w: SimWorker, *, counted: bool = True) -> None:
         if counted:
@@ -1061,6 +1059,16 @@ class Simulation:
                 never = property(lambda _: False, lambda *_: None)
                 patches.enter_context(
                     mock.patch.object(mm.MemberMachine, "_generation_lost", never, create=True)
+                )
+            if self.bugs.loaded_members_forget_protocols:
+                from_record = CoordinatorMember.from_record.__func__  # type: ignore[attr-defined]
+
+                def forgetful(cls: Any, record: Any, protocol_type: str, protocol: str) -> Any:
+                    record = msgspec.structs.replace(record, protocols=[])
+                    return from_record(cls, record, protocol_type, protocol)
+
+                patches.enter_context(
+                    mock.patch.object(CoordinatorMember, "from_record", classmethod(forgetful))
                 )
             if self.bugs.status_ignores_generation:
                 patches.enter_context(

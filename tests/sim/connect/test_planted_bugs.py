@@ -20,6 +20,7 @@ pytestmark = pytest.mark.sim
         ("metadata_hides_work", "its revocation had not finished"),
         ("dropped_member_keeps_work", "at once, all members of the group"),
         ("unsigned_requests", "has no task set yet"),
+        ("loaded_members_forget_protocols", "INCONSISTENT_GROUP_PROTOCOL"),
     ],
 )
 def test_a_planted_bug_is_caught(bug: str, caught_by: str) -> None:

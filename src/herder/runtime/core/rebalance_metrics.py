@@ -1,8 +1,11 @@
 """A worker's rebalance metrics, as Connect's ``connect-worker-rebalance-metrics`` group.
 
 The herder shell tells :class:`RebalanceMetrics` when a rebalance starts (its member
-revokes its work, or joins for the first time) and when it completes (the work of an
-assignment starts), with the time; the metrics read no clock of their own. A rebalance
+revokes its work, eager, or sends a JoinGroup, under any protocol) and when it completes
+(the work of an assignment starts), with the time; the metrics read no clock of their
+own. Connect counts a cooperative rebalance only when it revokes something; here every
+round this worker takes part in counts, so ``rebalancing`` is 1 during a follow-up round
+too. A rebalance
 that starts while one is under way (a member that rejoins before its assignment's work
 started) is the same rebalance, so it is counted and timed once.
 

@@ -209,6 +209,9 @@ class DistributedHerder(HerderRequests):
             on_assigned=self._on_assigned,
             on_revoked=self._on_revoked,
             on_failed=self._member_failed,
+            # every join is a rebalance of this worker's, cooperative ones included,
+            # which revoke nothing before they join
+            on_joining=lambda: self.rebalance_metrics.started(_now_ms()),
             cooperative_protocols=COOPERATIVE_PROTOCOLS,
             session_timeout_ms=self.config.session_timeout_ms,
             rebalance_timeout_ms=self.config.rebalance_timeout_ms,
@@ -226,7 +229,6 @@ class DistributedHerder(HerderRequests):
                 self.config.group_instance_id,
                 self.config.session_timeout_ms,
             )
-        self.rebalance_metrics.started(_now_ms())  # the first join is a rebalance too
         await self.member.start()
         self._loop_task = asyncio.create_task(self._run(), name=f"herder-{self.worker_id}")
         # the tasks use this worker's session, coordinator connections and offsets, and
