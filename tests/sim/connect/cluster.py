@@ -293,7 +293,7 @@ class Simulation:
         self.max_delay = self.rng.choice([5, 50, 400])
         self.slow_reads = self.rng.random() < 0.5
         self.faults = True
-        count = workers or self.rng.randint(2, 4)
+        count = workers or self.rng.randint(1, 4)
         self.mode = self.rng.choice(["eager", "sessioned", "mixed"])
         #: each worker's connect.protocol (a restarted worker keeps its config)
         self.protocols = [
@@ -949,6 +949,15 @@ class Simulation:
             w = self.rng.choice(leaders)
             self.for_worker(w, 0, lambda: self._serve(w))
 
+    def _operate_until_served(self) -> None:
+        """An operator's request that, like one to the REST API, waits for a leader."""
+        leaders = [w for w in self.workers if w.alive and w.started and w.core.is_leader]
+        if not leaders:
+            self.after(250, self._operate_until_served)
+            return
+        w = self.rng.choice(leaders)
+        self.for_worker(w, 0, lambda: self._serve(w))
+
     def _serve(self, w: SimWorker) -> None:
         snapshot = w.configs.snapshot()
         name = self.rng.choice(CONNECTORS)
@@ -1106,6 +1115,10 @@ class Simulation:
                     self.after(0, fn)
                 w.deferred = []
         self.log("faults stop")
+        # a burst of requests right after (connectors created in quick succession, each
+        # while the group still rebalances for the one before), then nothing more
+        for _ in range(self.rng.randint(2, 5)):
+            self.after(self.rng.randint(0, 3_000), self._operate_until_served)
         settle_by = self.now + LIVENESS_MS
         while self.now < settle_by:
             if not self._step():

@@ -547,3 +547,21 @@ def test_the_leader_publishes_held_back_work_as_unassigned_on_the_departed_worke
     core.leader_epoch_taken(gen, 1)
     published = [e for e in core.ready() if isinstance(e, fx.PublishUnassigned)]
     assert published == [fx.PublishUnassigned((("c", "a:8083"), (T0, "a:8083")), gen)]
+
+
+@pytest.mark.parametrize("protocol", ["eager", "sessioned"])
+def test_configs_read_while_the_leader_takes_its_epoch_make_it_rejoin(
+    log: Log, protocol: str
+) -> None:
+    """A connector created while the leader takes its fencing epoch is not in the
+    assignment it is about to start: starting it would leave the new connector to no one."""
+    core = coop_core(log) if protocol == "sessioned" else core_at(log)
+    gen = Generation(1, "me", "me", protocol, ("me",))
+    core.assigned(gen, assignment(log))
+    assert kinds(core.ready())[-1] == "TakeLeaderEpoch"
+    log.connector("new")
+    core.configs_read(log.state.snapshot())
+    core.leader_epoch_taken(gen, 3)
+    effects = core.ready()
+    assert "Rejoin" in kinds(effects)
+    assert "StartConnector" not in kinds(effects)

@@ -409,7 +409,10 @@ class HerderCore:
             generation.generation_id,
             epoch,
         )
-        self._start(generation, handling.assignment)
+        # configs read while the epoch was taken may be ones the assignment did not
+        # account for (a connector created meanwhile): then rejoin rather than start
+        decision = after_rebalance(handling.assignment, self.snapshot.offset)
+        self._proceed(generation, handling.assignment, decision)
 
     def leader_epoch_failed(self, generation: Generation, error: Exception) -> None:
         handling = self._handling
