@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from herder.errors import ConfigError
+from herder.runtime.task_metrics import JobTimes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -128,6 +131,8 @@ class SparkRuntime:
         self._executor = ThreadPoolExecutor(
             max_workers=settings.job_threads, thread_name_prefix="herder-spark"
         )
+        #: per scheduler pool (a task's), what its jobs took: its task's metrics
+        self.job_times: dict[str, JobTimes] = {}
 
     @property
     def remote(self) -> bool:
@@ -192,16 +197,22 @@ class SparkRuntime:
 
         Under Spark Connect there is no SparkContext and this does nothing.
         """
-        if name is None or self.remote:
-            yield
-            return
-        context = self.session.sparkContext
-        previous = context.getLocalProperty(POOL_PROPERTY)
-        context.setLocalProperty(POOL_PROPERTY, name)
+        times = self.job_times.get(name) if name is not None else None
+        began = time.monotonic()
         try:
-            yield
+            if name is None or self.remote:
+                yield
+                return
+            context = self.session.sparkContext
+            previous = context.getLocalProperty(POOL_PROPERTY)
+            context.setLocalProperty(POOL_PROPERTY, name)
+            try:
+                yield
+            finally:
+                context.setLocalProperty(POOL_PROPERTY, previous)  # type: ignore[arg-type]
         finally:
-            context.setLocalProperty(POOL_PROPERTY, previous)  # type: ignore[arg-type]
+            if times is not None:
+                times.add(time.monotonic() - began)
 
     async def run(self, fn: Callable[..., T], *args: Any, pool: str | None = None) -> T:
         """``fn(*args)`` on a Spark job thread, inside scheduler pool ``pool``."""
@@ -211,7 +222,8 @@ class SparkRuntime:
                 return fn(*args)
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, job)
+        # in the caller's log context: a job's lines name its task
+        return await loop.run_in_executor(self._executor, contextvars.copy_context().run, job)
 
     def stop(self) -> None:
         """Stop the session and the job threads (blocking)."""

@@ -20,6 +20,7 @@ from herder.runtime.rest.connectors import connectors_routes
 from herder.runtime.rest.errors import bad_request_body, herder_error
 from herder.runtime.rest.internal import internal_routes
 from herder.runtime.rest.offsets import offsets_routes
+from herder.runtime.rest.prometheus import metrics_routes
 from herder.runtime.rest.responses import JsonReply
 from herder.runtime.rest.root import root_routes
 from herder.runtime.rest.routing import RequestRouter
@@ -109,4 +110,5 @@ def build_app(herder: DistributedHerder) -> FastAPI:
     app.include_router(connector_plugins_routes(herder))
     app.include_router(admin_loggers_routes(herder, router))
     app.include_router(admin_metrics_routes(herder))
+    app.include_router(metrics_routes(herder))
     return app
