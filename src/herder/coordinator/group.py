@@ -102,6 +102,13 @@ class Group:
         self.initial_delay_active = False
         #: whether a member arrived during the initial rebalance delay (which then extends)
         self.new_member_added = False
+        #: when the rebalance under way began (None: none is)
+        self.rebalance_started_ms: int | None = None
+        #: rebalances that ended with the group Stable, and how long the last and the
+        #: longest took (ms), for the coordinator's metrics
+        self.rebalances_completed = 0
+        self.last_rebalance_ms: int | None = None
+        self.max_rebalance_ms = 0
 
     def __repr__(self) -> str:
         return (
@@ -127,6 +134,16 @@ class Group:
             raise IllegalGroupTransition(
                 f"group {self.group_id}: cannot move from {self._state.value} to {target.value}"
             )
+        if target is GroupState.PREPARING_REBALANCE and self.rebalance_started_ms is None:
+            self.rebalance_started_ms = now_ms
+        elif target is GroupState.STABLE and self.rebalance_started_ms is not None:
+            took = max(0, now_ms - self.rebalance_started_ms)
+            self.rebalances_completed += 1
+            self.last_rebalance_ms = took
+            self.max_rebalance_ms = max(self.max_rebalance_ms, took)
+            self.rebalance_started_ms = None
+        elif target in (GroupState.EMPTY, GroupState.DEAD):
+            self.rebalance_started_ms = None
         self._state = target
         self.state_timestamp_ms = now_ms
 
