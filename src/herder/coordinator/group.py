@@ -102,8 +102,9 @@ class Group:
         self.initial_delay_active = False
         #: whether a member arrived during the initial rebalance delay (which then extends)
         self.new_member_added = False
-        #: when the rebalance under way began (None: none is)
+        #: when the rebalance under way began (None: none is), and why it began
         self.rebalance_started_ms: int | None = None
+        self.rebalance_reason = ""
         #: rebalances that ended with the group Stable, and how long the last and the
         #: longest took (ms), for the coordinator's metrics
         self.rebalances_completed = 0
@@ -475,4 +476,7 @@ class Group:
             members=members,
             generation_id=self.generation_id,
             leader=self.leader_id or "",
+            rebalance_reason=self.rebalance_reason,
+            last_rebalance_time_ms=-1 if self.last_rebalance_ms is None else self.last_rebalance_ms,
+            state_timestamp_ms=self.state_timestamp_ms,
         )

@@ -262,6 +262,12 @@ class DescribedGroup(msgspec.Struct, kw_only=True):
     #: the current generation (0 before the first) and its leader ("" when none)
     generation_id: int = -1
     leader: str = ""
+    #: why the group's current or last rebalance began (herder's, as Kafka's join
+    #: reason of KIP-800), how long the last one took (-1: none since this coordinator
+    #: took the group over), and when the group entered its state (wall clock, ms)
+    rebalance_reason: str = ""
+    last_rebalance_time_ms: int = -1
+    state_timestamp_ms: int = 0
 
 
 class DescribeGroupsResponse(msgspec.Struct, kw_only=True):

@@ -35,7 +35,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -43,10 +43,11 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from herder import __version__
+from herder.ensemble.config import EnsembleConfig
+from herder.ensemble.replica import ZabReplica
+from herder.ensemble.state import StateMachine
 from herder.errors import HerderError
-
-if TYPE_CHECKING:
-    from herder.ensemble.server import EnsembleServer
+from herder.wire import WireServer
 
 __all__ = ["AdminServer", "MetricSample", "MetricsSource", "RequestStats", "mntr"]
 
@@ -68,6 +69,28 @@ class MetricsSource(Protocol):
     """A hosted service with metrics of its own (the group coordinator)."""
 
     def metric_samples(self) -> list[MetricSample]: ...
+
+
+class EnsembleServer(Protocol):
+    """What the admin port reads of its server (:class:`~herder.ensemble.server.EnsembleServer`)."""
+
+    config: EnsembleConfig
+    role: str
+    epoch: int
+    started_at: float
+    request_stats: RequestStats
+    wire: WireServer
+    replica: ZabReplica | None
+    services: list[Any]
+
+    @property
+    def pipeline(self) -> Any: ...
+
+    @property
+    def state(self) -> StateMachine: ...
+
+    @property
+    def fsync_threshold_exceeded(self) -> int: ...
 
 
 class RequestStats:

@@ -15,6 +15,7 @@ from herder import __version__
 from herder.errors import ConfigError, HerderError
 from herder.runtime.rest.admin_loggers import admin_loggers_routes
 from herder.runtime.rest.admin_metrics import admin_metrics_routes
+from herder.runtime.rest.cluster import cluster_routes
 from herder.runtime.rest.connector_plugins import connector_plugins_routes
 from herder.runtime.rest.connectors import connectors_routes
 from herder.runtime.rest.errors import bad_request_body, herder_error
@@ -111,4 +112,5 @@ def build_app(herder: DistributedHerder) -> FastAPI:
     app.include_router(admin_loggers_routes(herder, router))
     app.include_router(admin_metrics_routes(herder))
     app.include_router(metrics_routes(herder))
+    app.include_router(cluster_routes(herder, router.http))
     return app
