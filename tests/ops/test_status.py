@@ -1,4 +1,4 @@
-"""``herder status`` on a running cluster, and what its workers log.
+"""``herder status`` on a running cluster, the coordinator's metrics, and what workers log.
 
 Three ensemble servers and two workers (neither starts Spark: the connectors have
 nothing to move, so none is needed), a source and a sink connector. ``herder status``
@@ -23,6 +23,7 @@ import pytest
 from tests.harness import HERDER, Processes, free_port, wait_until
 from tests.integration.conftest import make_ensemble
 from tests.integration.test_replication import leader_of
+from tests.ops.metrics_text import parse, value
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -70,7 +71,13 @@ def status_json(url: str) -> dict[str, Any]:
 
 
 def test_status_shows_the_cluster_on_one_screen(processes: Processes, tmp_path: Path) -> None:
-    ensemble = make_ensemble(processes, tmp_path, 3).start()
+    ensemble = make_ensemble(processes, tmp_path, 3)
+    admin = {}
+    for sid, server in ensemble.servers.items():
+        admin[sid] = free_port()
+        with open(server.config_path, "a") as f:
+            f.write(f"admin.serverPort={admin[sid]}\nadmin.serverAddress=127.0.0.1\n")
+    ensemble.start()
     leader = leader_of(ensemble)
     proc_a, id_a, url_a = start_worker(processes, tmp_path, ensemble.bootstrap)
     proc_b, id_b, url_b = start_worker(
@@ -126,6 +133,20 @@ def test_status_shows_the_cluster_on_one_screen(processes: Processes, tmp_path: 
             assert task["worker_id"] in workers
     assert doc["group"]["state"] == "Stable"
     assert doc["group"]["rebalance_reason"]
+
+    # the coordinator (on the ensemble's leader) counts the groups by state and times
+    # their rebalances: the worker group and the sink connector's group are Stable
+    reply = httpx.get(f"http://127.0.0.1:{admin[leader]}/metrics", timeout=10)
+    m = parse(reply.text)
+    assert (value(m, "herder_coordinator_groups", state="Stable") or 0) >= 2
+    assert value(m, "herder_coordinator_group_members", group="status-test") == 2
+    assert (value(m, "herder_coordinator_group_rebalances_total", group="status-test") or 0) >= 1
+    last = value(m, "herder_coordinator_group_last_rebalance_time_ms", group="status-test")
+    assert last is not None and 0 <= last < 60_000
+    assert value(m, "herder_coordinator_group_members", group="connect-idle-out") == 1
+    follower = next(sid for sid in admin if sid != leader)
+    follower_metrics = parse(httpx.get(f"http://127.0.0.1:{admin[follower]}/metrics").text)
+    assert value(follower_metrics, "herder_coordinator_groups", state="Stable") is None
 
     # the screen for people: every server, worker and connector on it
     out = herder("status", "--url", url_b)
