@@ -193,9 +193,10 @@ class SparkRuntime:
 
     @contextlib.contextmanager
     def pool(self, name: str | None) -> Iterator[None]:
-        """Run the jobs this thread submits inside in FAIR scheduler pool ``name``.
+        """Run the jobs this thread submits inside in FAIR scheduler pool ``name``, and
+        add the time they take to that pool's :attr:`job_times` (its task's metrics).
 
-        Under Spark Connect there is no SparkContext and this does nothing.
+        Under Spark Connect there is no SparkContext and no pool: only the time counts.
         """
         times = self.job_times.get(name) if name is not None else None
         began = time.monotonic()
