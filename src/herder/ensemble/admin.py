@@ -141,10 +141,9 @@ def mntr(server: EnsembleServer) -> dict[str, int | float | str]:
     """ZooKeeper's ``mntr`` of ``server`` (see the module docstring)."""
     stats = server.request_stats
     cfg = server.config
-    state = server.role if server.role != "looking" else "looking"
     out: dict[str, int | float | str] = {
         "zk_version": f"herder-{__version__}",
-        "zk_server_state": state,
+        "zk_server_state": server.role,
         "zk_avg_latency": round(stats.avg_ms, 3),
         "zk_max_latency": round(stats.max_ms, 3),
         "zk_min_latency": round(stats.min_ms or 0.0, 3),
