@@ -123,3 +123,15 @@ def test_errors_and_lag_of_a_sink_task() -> None:
     assert (
         value(samples, "kafka_connect_connector_task_offset_commit_avg_time_ms", **labels) is None
     )
+
+
+def test_spark_jobs_are_counted_once_each_by_their_job_group() -> None:
+    task = TaskMetrics(ConnectorTaskId("in", 0), "source")
+    task.spark.add(0.5, [7, 8])
+    task.spark.add(0.25, [7, 8, 9])  # job 9 is new
+    task.spark.add(0.25, [9])  # Spark forgot 7 and 8: nothing new
+    task.spark.add(0.5)  # no job tracker (Spark Connect): one submission, one job
+    samples = parse(render(task.samples(), process=False).decode())
+    labels = {"connector": "in", "task": "0"}
+    assert value(samples, "herder_task_spark_jobs_total", **labels) == 4
+    assert value(samples, "herder_task_spark_job_seconds_total", **labels) == 1.5

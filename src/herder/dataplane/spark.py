@@ -83,6 +83,7 @@ DEFAULT_CONF: Mapping[str, str] = {
 #: The worker property that bounds how many Spark jobs a worker submits at once.
 JOB_THREADS_KEY = "dataplane.job.threads"
 POOL_PROPERTY = "spark.scheduler.pool"
+JOB_GROUP_PROPERTY = "spark.jobGroup.id"
 
 
 @dataclass(frozen=True)
@@ -200,20 +201,30 @@ class SparkRuntime:
         """
         times = self.job_times.get(name) if name is not None else None
         began = time.monotonic()
-        try:
-            if name is None or self.remote:
-                yield
-                return
-            context = self.session.sparkContext
-            previous = context.getLocalProperty(POOL_PROPERTY)
-            context.setLocalProperty(POOL_PROPERTY, name)
+        if name is None or self.remote:
             try:
                 yield
             finally:
-                context.setLocalProperty(POOL_PROPERTY, previous)  # type: ignore[arg-type]
+                if times is not None:
+                    times.add(time.monotonic() - began)
+            return
+        context = self.session.sparkContext
+        previous = context.getLocalProperty(POOL_PROPERTY)
+        previous_group = context.getLocalProperty(JOB_GROUP_PROPERTY)
+        context.setLocalProperty(POOL_PROPERTY, name)
+        # the pool's name as the job group too, so its jobs can be counted
+        context.setLocalProperty(JOB_GROUP_PROPERTY, name)
+        try:
+            yield
         finally:
+            context.setLocalProperty(POOL_PROPERTY, previous)  # type: ignore[arg-type]
+            context.setLocalProperty(JOB_GROUP_PROPERTY, previous_group)  # type: ignore[arg-type]
             if times is not None:
-                times.add(time.monotonic() - began)
+                took = time.monotonic() - began
+                try:
+                    times.add(took, context.statusTracker().getJobIdsForGroup(name))
+                except Exception:  # a session stopping under us: count the submission
+                    times.add(took)
 
     async def run(self, fn: Callable[..., T], *args: Any, pool: str | None = None) -> T:
         """``fn(*args)`` on a Spark job thread, inside scheduler pool ``pool``."""

@@ -98,16 +98,26 @@ class _Stat:
 
 @dataclass(slots=True)
 class JobTimes:
-    """Spark work a task submitted: how many times, and for how long in all."""
+    """Spark jobs a task ran, and how long its submissions took in all."""
 
     jobs: int = 0
     seconds: float = 0.0
+    _seen: set[int] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, seconds: float) -> None:
+    def add(self, seconds: float, job_ids: list[int] | None = None) -> None:
+        """A submission took ``seconds``; ``job_ids`` are the jobs of the task's job
+        group Spark still knows of (None where it cannot tell: one job is counted)."""
         with self._lock:
-            self.jobs += 1
             self.seconds += seconds
+            if job_ids is None:
+                self.jobs += 1
+                return
+            ids = set(job_ids)
+            self.jobs += len(ids - self._seen)
+            # Spark forgets old jobs (spark.ui.retainedJobs): what it still knows is all
+            # a later submission's jobs can be told apart from
+            self._seen = ids
 
 
 class TaskMetrics:

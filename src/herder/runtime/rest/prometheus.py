@@ -23,8 +23,8 @@ A metric with nothing to say yet (an average before the first batch) is left out
 herder's own metrics, beside Connect's, are named ``herder_`` + the name by the same
 rule: ``herder_topic_end_offset{topic,partition}``, ``herder_sink_task_lag_records`` and
 ``herder_sink_task_lag_seconds`` (per sink task), ``herder_task_spark_jobs_total`` and
-``herder_task_spark_job_seconds_total`` (Spark work each task submitted, counted per
-submission). The process's own ``process_*`` metrics come with them.
+``herder_task_spark_job_seconds_total`` (the Spark jobs each task ran, counted by its job
+group, and the time its submissions took). The process's own ``process_*`` metrics come with them.
 """
 
 from __future__ import annotations
