@@ -89,7 +89,9 @@ def test_a_pipeline_made_watched_paused_and_resumed_from_the_console(
     expect(page.get_by_test_id("dlq-out-0")).to_have_text("0")
     assert count_lines(out) == N
     expect(page.get_by_test_id(f"worker-tasks-{worker.worker_id}")).to_have_text("2")
-    expect(page.get_by_test_id("timeline").locator("li")).not_to_have_count(0)
+    # the group's rebalances, with the coordinator's reason for each
+    expect(page.get_by_test_id("timeline").locator("li").first).to_contain_text("generation")
+    expect(page.get_by_test_id("timeline")).to_contain_text("joined")
     page.screenshot(path=str(shots / "console-running.png"), full_page=True)
 
     # pause and resume from the console

@@ -133,6 +133,10 @@ def test_status_shows_the_cluster_on_one_screen(processes: Processes, tmp_path: 
             assert task["worker_id"] in workers
     assert doc["group"]["state"] == "Stable"
     assert doc["group"]["rebalance_reason"]
+    rebalances = doc["group"]["rebalances"]
+    assert rebalances and all(r["reason"] and r["took_ms"] >= 0 for r in rebalances)
+    assert rebalances[-1]["generation"] == doc["group"]["generation"]
+    assert any("joined" in r["reason"] for r in rebalances)
 
     # the coordinator (on the ensemble's leader) counts the groups by state and times
     # their rebalances: the worker group and the sink connector's group are Stable

@@ -22,7 +22,7 @@ member holds an instance id, and a restarted process takes its member over
 from __future__ import annotations
 
 import enum
-from collections import Counter
+from collections import Counter, deque
 
 from herder.coordinator.member import JoinCallback, Member, SupportedProtocol, SyncCallback
 from herder.coordinator.messages import (
@@ -31,11 +31,15 @@ from herder.coordinator.messages import (
     JoinGroupMember,
     JoinGroupResponse,
     ListedGroup,
+    RebalanceRecord,
 )
 from herder.coordinator.offsets import GroupOffsets
 from herder.coordinator.records import GroupRecord
 from herder.coordinator.timers import Timer
 from herder.errors import ErrorCode, HerderError
+
+#: completed rebalances a group remembers for DescribeGroups
+REBALANCE_HISTORY = 20
 
 
 class GroupState(enum.Enum):
@@ -110,6 +114,8 @@ class Group:
         self.rebalances_completed = 0
         self.last_rebalance_ms: int | None = None
         self.max_rebalance_ms = 0
+        #: the latest completed rebalances, for DescribeGroups
+        self.rebalance_history: deque[RebalanceRecord] = deque(maxlen=REBALANCE_HISTORY)
 
     def __repr__(self) -> str:
         return (
@@ -139,6 +145,14 @@ class Group:
             self.rebalance_started_ms = now_ms
         elif target is GroupState.STABLE and self.rebalance_started_ms is not None:
             took = max(0, now_ms - self.rebalance_started_ms)
+            self.rebalance_history.append(
+                RebalanceRecord(
+                    generation_id=self.generation_id,
+                    reason=self.rebalance_reason,
+                    started_ms=self.rebalance_started_ms,
+                    time_ms=took,
+                )
+            )
             self.rebalances_completed += 1
             self.last_rebalance_ms = took
             self.max_rebalance_ms = max(self.max_rebalance_ms, took)
@@ -479,4 +493,5 @@ class Group:
             rebalance_reason=self.rebalance_reason,
             last_rebalance_time_ms=-1 if self.last_rebalance_ms is None else self.last_rebalance_ms,
             state_timestamp_ms=self.state_timestamp_ms,
+            rebalances=list(self.rebalance_history),
         )

@@ -252,6 +252,16 @@ class DescribedMember(msgspec.Struct, kw_only=True):
     group_instance_id: str | None = None
 
 
+class RebalanceRecord(msgspec.Struct, kw_only=True):
+    """One rebalance that ended with the group Stable: the generation it made, why it
+    began, when (wall clock, ms) and how long it took to reach Stable."""
+
+    generation_id: int
+    reason: str = ""
+    started_ms: int = 0
+    time_ms: int = 0
+
+
 class DescribedGroup(msgspec.Struct, kw_only=True):
     error_code: int = ErrorCode.NONE
     group_id: str
@@ -268,6 +278,8 @@ class DescribedGroup(msgspec.Struct, kw_only=True):
     rebalance_reason: str = ""
     last_rebalance_time_ms: int = -1
     state_timestamp_ms: int = 0
+    #: the latest rebalances this coordinator saw the group through, oldest first
+    rebalances: list[RebalanceRecord] = []
 
 
 class DescribeGroupsResponse(msgspec.Struct, kw_only=True):

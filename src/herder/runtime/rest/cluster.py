@@ -10,9 +10,10 @@ for the web console (``/ui``) and ``herder status``:
   protocol) and its ``connect-worker-rebalance-metrics`` with a ``timeline`` of its
   latest rebalances;
 * ``group``: the worker group as the coordinator describes it (state, generation,
-  protocol, the reason of the current or last rebalance, how long the last took) and its
-  ``workers``: id, URL, whether it leads, and the connectors and tasks the status log
-  says run there;
+  protocol, the reason of the current or last rebalance, how long the last took, and
+  its latest ``rebalances``: generation, reason, start (wall clock, ms) and duration)
+  and its ``workers``: id, URL, whether it leads, and the connectors and tasks the
+  status log says run there;
 * ``ensemble``: each server's status (role, leader, epoch, zxids, learners, last
   sync), or the error that kept it from answering;
 * ``tasks``: each running task's metrics under Connect's names, from the worker running
@@ -118,6 +119,15 @@ async def _group(herder: DistributedHerder) -> dict[str, Any]:
             group.last_rebalance_time_ms if group.last_rebalance_time_ms >= 0 else None
         ),
         "state_since_ms": group.state_timestamp_ms or None,
+        "rebalances": [
+            {
+                "generation": r.generation_id,
+                "reason": r.reason,
+                "started_ms": r.started_ms,
+                "took_ms": r.time_ms,
+            }
+            for r in group.rebalances
+        ],
         "workers": workers,
     }
 

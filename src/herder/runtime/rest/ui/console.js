@@ -73,9 +73,12 @@ function drawCluster(cluster) {
   const rebalance = worker.rebalance || {};
   const took = rebalance["rebalance-max-time-ms"];
   const last = (rebalance.timeline || []).at(-1);
-  $("last-rebalance").textContent = last
-    ? `${ago(last["ago-ms"])}, took ${fmt(last["took-ms"])} ms (generation ${last.epoch})`
-    : (took === undefined ? "none yet" : "–");
+  const lastGroup = (group.rebalances || []).at(-1);
+  $("last-rebalance").textContent = lastGroup
+    ? `${ago(Date.now() - lastGroup.started_ms)}, took ${fmt(lastGroup.took_ms)} ms (generation ${lastGroup.generation})`
+    : last
+      ? `${ago(last["ago-ms"])}, took ${fmt(last["took-ms"])} ms (generation ${last.epoch})`
+      : (took === undefined ? "none yet" : "–");
   $("rebalance-cause").textContent = group.rebalance_reason || "–";
 
   const workers = $("workers");
@@ -87,10 +90,18 @@ function drawCluster(cluster) {
     el("td", { class: "num", "data-testid": `worker-tasks-${w.id}` }, w.tasks.length),
   )));
 
+  // the group's rebalances as the coordinator saw them (with their causes), newest
+  // first; this worker's own if the coordinator could not be asked
   const timeline = $("timeline");
-  const entries = (rebalance.timeline || []).slice().reverse();
-  timeline.replaceChildren(...entries.map((r) => el("li", {},
-    `generation ${r.epoch}: ${ago(r["ago-ms"])}, took ${fmt(r["took-ms"])} ms, leader ${r["leader-name"] || "?"}`)));
+  const groupEntries = (group.rebalances || []).slice().reverse();
+  const entries = groupEntries.length
+    ? groupEntries.map((r) => el("li", { "data-generation": r.generation },
+        el("strong", {}, `generation ${r.generation}`),
+        ` at ${new Date(r.started_ms).toLocaleTimeString()}, took ${fmt(r.took_ms)} ms: `,
+        el("span", { class: "muted" }, r.reason || "?")))
+    : (rebalance.timeline || []).slice().reverse().map((r) => el("li", {},
+        `generation ${r.epoch}: ${ago(r["ago-ms"])}, took ${fmt(r["took-ms"])} ms, leader ${r["leader-name"] || "?"}`));
+  timeline.replaceChildren(...entries);
   if (!entries.length) timeline.replaceChildren(el("li", { class: "muted" }, "none yet"));
 
   const servers = $("ensemble");
