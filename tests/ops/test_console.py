@@ -2,7 +2,8 @@
 
 A file pipeline is created from the console's form (after a config the validate
 endpoint refuses shows its error inline), its records counter climbs to the input's
-size and its lag to 0, and it is paused and resumed from the console's buttons.
+size and its lag to 0, and it is paused and resumed from the console's buttons; a task
+that fails shows its trace.
 """
 
 from __future__ import annotations
@@ -116,3 +117,17 @@ def test_a_pipeline_made_watched_paused_and_resumed_from_the_console(
         f.write(b"".join(b"more %d\n" % i for i in range(100)))
     expect(page.get_by_test_id("records-out-0")).to_have_text(str(N + 100), timeout=WAIT_MS)
     expect(page.get_by_test_id("lag-out-0")).to_have_text("0", timeout=WAIT_MS)
+
+    # a task that fails shows FAILED with its trace
+    cluster.create(
+        "broken",
+        {
+            "connector.class": sink_class,
+            "file": str(tmp_path),  # a directory: the task cannot open it to write
+            "topics": "lines",
+        },
+    )
+    failed = page.get_by_test_id("task-state-broken-0")
+    expect(failed.locator(".pill")).to_have_text("FAILED", timeout=WAIT_MS)
+    failed.locator("summary").click()
+    expect(failed.locator("pre")).to_contain_text("IsADirectoryError")
