@@ -4,8 +4,9 @@ Asks one worker (``--url``) for ``GET /admin/cluster`` and Connect's
 ``GET /connectors?expand=status&expand=info``, and shows the ensemble (servers, roles,
 leader), the worker group (each worker's id, URL, role and task count; the generation
 and the last rebalance's cause), and every connector and task (state, worker, records
-moved, sink lag). ``--watch`` redraws it every ``--interval`` seconds until Ctrl-C;
-``--json`` prints the same as one JSON document.
+moved, sink lag), then the last line of each failure's trace. ``--watch`` redraws it
+every ``--interval`` seconds until Ctrl-C; ``--json`` prints the same as one JSON
+document.
 """
 
 from __future__ import annotations
@@ -85,13 +86,15 @@ def gather(rest: ConnectRest) -> dict[str, Any]:
     }
 
 
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold")
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Group:
+    """``title`` on a line of its own (a long one is not squeezed to the table's width),
+    then the table."""
+    table = Table(header_style="bold")
     for column in columns:
         table.add_column(column)
     for row in rows:
         table.add_row(*(_fmt(v) if not isinstance(v, str) else v for v in row))
-    return table
+    return Group(Text(title, style="bold"), table)
 
 
 def render(doc: dict[str, Any]) -> Group:
@@ -152,6 +155,11 @@ def render(doc: dict[str, Any]) -> Group:
             )
     columns = ["connector / task", "type", "state", "worker", "records", "rec/s", "lag", "lag s"]
     parts.append(_table("Connectors and tasks", columns, rows))
+    for c in doc.get("connectors", []):
+        for who, what in [(c["name"], c), *((f"{c['name']}-{t['id']}", t) for t in c["tasks"])]:
+            if what["state"] == "FAILED" and what.get("trace"):
+                lines = [line for line in what["trace"].splitlines() if line.strip()]
+                parts.append(Text(f"{who} failed: {lines[-1].strip()}", style="red"))
     for error in doc.get("errors", []):
         parts.append(Text(f"note: {error}", style="yellow"))
     return Group(*parts)
