@@ -84,7 +84,7 @@ function drawCluster(cluster) {
   const workers = $("workers");
   workers.replaceChildren(...(group.workers || []).map((w) => el("tr", { "data-worker": w.id },
     el("td", {}, w.id),
-    el("td", {}, w.url ? el("a", { href: `${w.url}/ui` }, w.url) : "–"),
+    el("td", {}, /^https?:\/\//.test(w.url || "") ? el("a", { href: `${w.url}/ui` }, w.url) : (w.url || "–")),
     el("td", {}, w.leader ? "leader" : "member"),
     el("td", { class: "num" }, w.connectors.length),
     el("td", { class: "num", "data-testid": `worker-tasks-${w.id}` }, w.tasks.length),
@@ -105,7 +105,12 @@ function drawCluster(cluster) {
   if (!entries.length) timeline.replaceChildren(el("li", { class: "muted" }, "none yet"));
 
   const servers = $("ensemble");
-  servers.replaceChildren(...(Array.isArray(cluster.ensemble) ? cluster.ensemble : []).map((s) =>
+  if (!Array.isArray(cluster.ensemble)) {
+    servers.replaceChildren(el("tr", {}, el("td", { colspan: 9, class: "error" },
+      (cluster.ensemble || {}).error || "the ensemble did not answer")));
+    return;
+  }
+  servers.replaceChildren(...cluster.ensemble.map((s) =>
     el("tr", { "data-server": s.server_id ?? s.address },
       el("td", {}, s.server_id ?? "?"),
       el("td", {}, s.address),
