@@ -80,6 +80,9 @@ def test_a_pipeline_made_watched_paused_and_resumed_from_the_console(
     # the sink first, then the source (each creation rebalances; the counters are the
     # last incarnation's)
     create(page, "out", sink_class, f"file={out}\ntopics=lines\ntasks.max=1")
+    expect(page.get_by_test_id("task-state-out-0").locator(".pill")).to_have_text(
+        "RUNNING", timeout=WAIT_MS
+    )
     create(page, "in", source_class, f"file={source_file}\ntopic=lines\ntasks.max=1")
     expect(page.get_by_test_id("state-in").locator(".pill")).to_have_text(
         "RUNNING", timeout=WAIT_MS

@@ -105,6 +105,14 @@ def test_status_shows_the_cluster_on_one_screen(processes: Processes, tmp_path: 
     ):
         reply = httpx.post(f"{url_a}/connectors", json=body, timeout=60)
         assert reply.status_code == 201, reply.text
+        name = body["name"]
+
+        def task_running(name: str = name) -> bool:
+            status = httpx.get(f"{url_a}/connectors/{name}/status", timeout=10).json()
+            return [t["state"] for t in status.get("tasks", [])] == ["RUNNING"]
+
+        # the next connector once this one runs: no creation in the middle of a rebalance
+        wait_until(task_running, timeout=60, what=f"{name}'s task RUNNING")
 
     def settled() -> dict[str, Any] | None:
         doc = status_json(url_a)

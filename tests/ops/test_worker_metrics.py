@@ -32,6 +32,13 @@ def cluster(processes: Processes, tmp_path: Path) -> Cluster:
     c.http.close()
 
 
+def running(cluster: Cluster, name: str) -> None:
+    def task_running() -> bool:
+        return [t["state"] for t in cluster.status(name).get("tasks", [])] == ["RUNNING"]
+
+    wait_until(task_running, timeout=60, what=f"{name}'s task RUNNING")
+
+
 def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     reply = httpx.get(f"{url}/metrics", timeout=30)
     assert reply.status_code == 200
@@ -47,8 +54,10 @@ def test_metrics_count_what_a_pipeline_moved(cluster: Cluster, tmp_path: Path) -
     source_file.write_bytes(b"".join(lines))
     out, tolerant_out = tmp_path / "out.txt", tmp_path / "tolerant.txt"
     # the source last: each new connector rebalances (eager) and restarts every task,
-    # and a task's metrics start from zero with each start, as Connect's do
+    # and a task's metrics start from zero with each start, as Connect's do; each one
+    # once the one before runs, so no creation lands in the middle of a rebalance
     cluster.create("out", sink_config(out, "lines"))
+    running(cluster, "out")
     cluster.create(
         "tolerant",
         {
@@ -60,6 +69,7 @@ def test_metrics_count_what_a_pipeline_moved(cluster: Cluster, tmp_path: Path) -
             "errors.deadletterqueue.topic.name": "dead",
         },
     )
+    running(cluster, "tolerant")
     cluster.create("in", source_config(source_file, "lines"))
     wait_until(lambda: count_lines(out) == N, timeout=180, what="all lines at the sink")
     wait_until(lambda: count_lines(tolerant_out) == N - 1, timeout=60, what="the good lines")
