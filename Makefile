@@ -10,13 +10,14 @@ SEEDS ?= 2000
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 quickstart: $(STAMP)
 	$(BIN)/herder quickstart
 
 test: $(STAMP)
+	.ci/chromium
 	$(BIN)/python -m pytest -m "not slow" -q
 
 lint: $(STAMP)
