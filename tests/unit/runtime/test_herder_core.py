@@ -249,7 +249,7 @@ def test_a_started_connector_generates_task_configs_and_the_leader_writes_change
     core.task_configs_generated(ticket, [{"task": "0"}, {"task": "1"}], 0)
     (write,) = core.ready()
     assert isinstance(write, fx.WriteTaskConfigs) and len(write.configs) == 2
-    core.task_configs_done(ticket)
+    core.task_configs_done(ticket, 0)
     assert core.next_due_ms() is None
 
 
@@ -565,3 +565,34 @@ def test_configs_read_while_the_leader_takes_its_epoch_make_it_rejoin(
     effects = core.ready()
     assert "Rejoin" in kinds(effects)
     assert "StartConnector" not in kinds(effects)
+
+
+def test_task_configs_outdated_by_a_cooperative_rebalance_before_publishing_are_asked_again(
+    log: Log,
+) -> None:
+    """Connectors created in quick succession: a rebalance lands between generating a
+    connector's task configs and publishing them. The shell then publishes nothing; the
+    connector, still running here, must be asked for its task configs again."""
+    log.connector("new", tasks=0)
+    core = coop_core(log)
+    gen = Generation(1, "me", "me", "sessioned", ("me",))
+    core.assigned(gen, assignment(log, connectors=("c", "new"), tasks=(T0,)))
+    core.ready()
+    core.leader_epoch_taken(gen, 1)
+    core.ready()
+    core.connector_started("new", core._instances["new"], True, 0)
+    core.tick(0)
+    (generate,) = [e for e in core.ready() if isinstance(e, fx.GenerateTaskConfigs)]
+    core.task_configs_generated(generate.ticket, [{"task": "0"}], 0)
+    (write,) = [e for e in core.ready() if isinstance(e, fx.WriteTaskConfigs)]
+    # the next cooperative generation arrives before the write is carried out
+    gen2 = Generation(2, "me", "me", "sessioned", ("me",))
+    core.assigned(gen2, assignment(log, connectors=("c", "new"), tasks=(T0,)))
+    assert not core.still_current(write.ticket)  # so the shell writes nothing...
+    core.task_configs_done(write.ticket, 100)
+    core.ready()
+    core.leader_epoch_taken(gen2, 2)
+    core.ready()
+    core.tick(100)
+    again = [e for e in core.ready() if isinstance(e, fx.GenerateTaskConfigs)]
+    assert [e.ticket.name for e in again] == ["new"]  # ...and asks again

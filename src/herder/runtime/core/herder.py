@@ -851,11 +851,13 @@ class HerderCore:
             delay,
         )
 
-    def task_configs_done(self, ticket: Ticket, now_ms: int | None = None) -> None:
-        """The task set was written (or forwarded), or no longer needed to be."""
+    def task_configs_done(self, ticket: Ticket, now_ms: int) -> None:
+        """The task set was written (or forwarded), or no longer needed to be — say,
+        because a rebalance outdated the ticket before it was published: then, if the
+        same connector instance runs on here, its task configs are asked for again."""
         self._reconfigured.discard(ticket.name)
         self.reconfigure.succeeded(ticket.name)
-        if now_ms is not None and not self.still_current(ticket):
+        if not self.still_current(ticket):
             self._again_if_kept(ticket, now_ms)
 
     def _again_if_kept(self, ticket: Ticket, now_ms: int) -> None:

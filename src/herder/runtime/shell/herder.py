@@ -602,7 +602,7 @@ class DistributedHerder(HerderRequests):
         except Exception as exc:
             self.core.task_configs_failed(ticket, exc, _now_ms())
         else:
-            self.core.task_configs_done(ticket)
+            self.core.task_configs_done(ticket, _now_ms())
 
     async def _send_task_configs_to_leader(
         self, name: str, configs: list[dict[str, str]], url: str | None
