@@ -89,6 +89,9 @@ class Cluster:
                 "heartbeat.interval.ms": HEARTBEAT_MS,
                 "rebalance.timeout.ms": 20_000,
                 "worker.unsync.backoff.ms": 1000,
+                # a killed or frozen worker's task moves at once (the delay has tests
+                # of its own)
+                "scheduled.rebalance.max.delay.ms": 0,
                 "task.shutdown.graceful.timeout.ms": TASK_SHUTDOWN_MS,
                 "storage.root": str(self.storage),
                 "spark.master": "local[1]",
