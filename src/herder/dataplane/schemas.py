@@ -313,22 +313,23 @@ def schema_of(raw: Column) -> Column:
 
 
 def distinct_schemas(df: DataFrame, column: str = "value") -> list[dict]:
-    """The Connect schemas the non-null ``column`` values of ``df`` carry (a job).
+    """The Connect schemas the non-null ``column`` values of ``df`` carry (a job), in the
+    order they first appear when ``df`` has an ``offset`` column (oldest first).
 
     A value that is not an envelope (plain JSON, text) has none: ConfigError, for a
     sink that needs typed records.
     """
     from pyspark.sql import functions as F
 
+    first = F.min("offset") if "offset" in df.columns else F.lit(0)
     found = (
         df.where(F.col(column).isNotNull())
-        .select(schema_of(F.col(column)).alias("s"))
-        .groupBy("s")
-        .count()
+        .groupBy(schema_of(F.col(column)).alias("s"))
+        .agg(F.count(F.lit(1)).alias("count"), first.alias("first"))
         .collect()
     )
     schemas = []
-    for row in found:
+    for row in sorted(found, key=lambda r: (r["first"] is None, r["first"] or 0)):
         if row["s"] is None:
             raise ConfigError(
                 f"{row['count']} records have a {column} without a schema: this sink needs"

@@ -122,6 +122,7 @@ def first_line(exc: BaseException) -> str:
             text = line
             break
     text = re.sub(r"^(?:[A-Z_]+: )?(?:\[libpq\] )?", "", text)
+    text = re.sub(r"^(?:Failed to (?:prepare|execute) query|[A-Za-z ]+ failed): ", "", text)
     return re.sub(r"^(?:ERROR|FATAL):\s+", "", text)
 
 
@@ -192,28 +193,37 @@ class Column:
 
 def spark_type_of(column: Column, where: str) -> DataType:
     """The Spark type a column is read as; DatabaseError naming it if it has none."""
-    from pyspark.sql.types import ArrayType, DecimalType, _parse_datatype_string
+    from pyspark.sql import types as T
 
     pg = column.pg_type
     if pg.endswith("[]"):
         element = spark_type_of(Column(column.name, pg[:-2]), where)
-        return ArrayType(element, True)
+        return T.ArrayType(element, True)
     base = re.sub(r"\(.*\)", "", pg).strip()
     if base == "numeric":
         found = re.fullmatch(r"numeric\((\d+),(\d+)\)", pg.replace(" ", ""))
-        if found is None:
-            return _parse_datatype_string("string")
-        precision, scale = int(found[1]), int(found[2])
-        if precision > 38:
-            return _parse_datatype_string("string")
-        return DecimalType(precision, scale)
+        if found is None or int(found[1]) > 38:
+            return T.StringType()
+        return T.DecimalType(int(found[1]), int(found[2]))
     name = _PG_TO_SPARK.get(base)
     if name is None:
         raise DatabaseError(
             f"{where}: column {column.name!r} has type {pg}, which JdbcSource cannot map"
             " (use a query that casts it)"
         )
-    return _parse_datatype_string(name)
+    return {
+        "short": T.ShortType,
+        "int": T.IntegerType,
+        "long": T.LongType,
+        "float": T.FloatType,
+        "double": T.DoubleType,
+        "boolean": T.BooleanType,
+        "string": T.StringType,
+        "binary": T.BinaryType,
+        "date": T.DateType,
+        "timestamp_ntz": T.TimestampNTZType,
+        "timestamp": T.TimestampType,
+    }[name]()
 
 
 def spark_schema(columns: list[Column], where: str) -> StructType:

@@ -292,11 +292,13 @@ class JdbcSinkTask(SinkTask):
                 schema_of(F.col("value")).alias("v"),
                 F.col("value").isNotNull().alias("has_value"),
                 F.col("topic"),
+                F.col("offset"),
             )
             .groupBy("k", "v", "has_value", "topic")
-            .count()
+            .agg(F.count(F.lit(1)).alias("count"), F.min("offset").alias("first"))
             .collect()
         )
+        found = sorted(found, key=lambda r: r["first"])
         if not found:
             return
         topics = {r["topic"] for r in found}

@@ -246,9 +246,9 @@ class JdbcSourceConnector(SourceConnector):
 
 
 def _key_of(message: str) -> str:
-    """The config key a validation failure belongs to, from its message."""
-    for key in (INCREMENTING_COLUMN, TIMESTAMP_COLUMN, QUERY, TABLE_WHITELIST):
-        if key in message:
+    """The config key a validation failure belongs to: the one its message starts with."""
+    for key in (INCREMENTING_COLUMN, TIMESTAMP_COLUMN, QUERY, TABLE_WHITELIST, TABLE_BLACKLIST):
+        if message.startswith(f"{key}:") or message.startswith(f"{key} "):
             return key
     if "password" in message:
         return CONNECTION_PASSWORD
@@ -272,13 +272,13 @@ class _Settings:
         self.parallel_min_rows: int = settings[PARALLEL_MIN_ROWS]
         self.split_rows: int = settings[PARALLEL_SPLIT_ROWS]
         if self.whitelist and self.blacklist:
-            raise ConfigError(f"{TABLE_WHITELIST} and {TABLE_BLACKLIST} cannot both be set")
+            raise ConfigError(f"{TABLE_WHITELIST}: cannot be set with {TABLE_BLACKLIST}")
         if self.query and (self.whitelist or self.blacklist):
-            raise ConfigError(f"{QUERY} cannot be set with {TABLE_WHITELIST} or {TABLE_BLACKLIST}")
+            raise ConfigError(f"{QUERY}: cannot be set with {TABLE_WHITELIST} or {TABLE_BLACKLIST}")
         if self.mode in (INCREMENTING, TIMESTAMP_INCREMENTING) and not self.incrementing:
-            raise ConfigError(f"{INCREMENTING_COLUMN} is required with mode={self.mode}")
+            raise ConfigError(f"{INCREMENTING_COLUMN}: required with mode={self.mode}")
         if self.mode in (TIMESTAMP, TIMESTAMP_INCREMENTING) and not self.timestamps:
-            raise ConfigError(f"{TIMESTAMP_COLUMN} is required with mode={self.mode}")
+            raise ConfigError(f"{TIMESTAMP_COLUMN}: required with mode={self.mode}")
 
     def table_names(self, conn: Connection) -> list[str]:
         """The tables to read, as ``schema.name`` or ``name`` (public)."""
@@ -393,7 +393,10 @@ class _TableReader:
                     f"{key}: column {name!r} of {what} is nullable; rows where it is NULL"
                     f" would never be read (make it NOT NULL, or set {VALIDATE_NON_NULL}=false)"
                 )
-        spark_schema(columns, what)  # every type maps
+        try:
+            spark_schema(columns, what)  # every type maps
+        except DatabaseError as exc:
+            raise DatabaseError(f"{QUERY if table is None else TABLE_WHITELIST}: {exc}") from exc
         split = None
         if plan.mode in (INCREMENTING, TIMESTAMP_INCREMENTING):
             split = plan.incrementing
