@@ -7,8 +7,8 @@ one source offset per file (``{"directory": d, "file": name}`` → its size and
 modification time), committed with the records in the batch's one transaction. Each
 row becomes a record whose value is the row as a JSON object (Connect's JSON converter
 without schemas) or, with ``value.converter.schemas.enable=true``, a typed record that
-keeps the file's column types (:mod:`herder.dataplane.schemas`). A file is read once: files are expected to arrive whole (written
-elsewhere and moved in, or written under a name starting with ``.`` or ``_``, which
+keeps the file's column types (:mod:`herder.dataplane.schemas`). A file is read once:
+files are expected to arrive whole (written elsewhere and moved in, or written under a name starting with ``.`` or ``_``, which
 are skipped, and renamed when done); a file that changes after it was read is not read
 again.
 
