@@ -264,7 +264,7 @@ def test_a_table_dropped_mid_stream_fails_the_task_naming_it(
         assert poll_rows(task)
         postgres.execute("DROP TABLE orders", dbname(orders))
         with pytest.raises(
-            DatabaseError, match='^table orders: relation "public.orders" does not exist'
+            DatabaseError, match=r'^table orders: relation "public\.orders" does not exist'
         ):
             task.poll()
     finally:

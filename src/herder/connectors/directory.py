@@ -8,9 +8,9 @@ modification time), committed with the records in the batch's one transaction. E
 row becomes a record whose value is the row as a JSON object (Connect's JSON converter
 without schemas) or, with ``value.converter.schemas.enable=true``, a typed record that
 keeps the file's column types (:mod:`herder.dataplane.schemas`). A file is read once:
-files are expected to arrive whole (written elsewhere and moved in, or written under a name starting with ``.`` or ``_``, which
-are skipped, and renamed when done); a file that changes after it was read is not read
-again.
+files are expected to arrive whole (written elsewhere and moved in, or written under a
+name starting with ``.`` or ``_``, which are skipped, and renamed when done); a file
+that changes after it was read is not read again.
 
 **DirectorySink** writes each batch it is given with Spark, as Parquet, CSV, JSON lines
 or text, in files named ``<topic>+<partition>+<base offset, 20 digits>.<format>``, each
