@@ -164,16 +164,26 @@ def encode_rows(df: DataFrame, name: str | None = None) -> Column:
     """Each row of ``df`` (all its columns) as a typed value: the envelope's bytes."""
     from pyspark.sql import functions as F
 
-    schema = json.dumps(connect_schema(df.schema, optional=False, name=name), separators=(",", ":"))
-    payload = F.struct(
-        *[_wire(F.col(f"`{f.name}`"), f.dataType).alias(f.name) for f in df.schema.fields]
-    )
-    text = F.concat(
-        F.lit('{"schema":' + schema + ',"payload":'),
-        F.to_json(payload, {"ignoreNullFields": "false"}),
-        F.lit("}"),
-    )
-    return text.cast("binary")
+    row = F.struct(*[F.col(f"`{f.name}`") for f in df.schema.fields])
+    return encode_column(row, df.schema, name)
+
+
+def encode_column(column: Column, dtype: DataType, name: str | None = None) -> Column:
+    """``column`` (of Spark type ``dtype``) as typed values; null stays null."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    schema = json.dumps(connect_schema(dtype, optional=False, name=name), separators=(",", ":"))
+    if isinstance(dtype, T.StructType):
+        payload = F.to_json(_wire(column, dtype), {"ignoreNullFields": "false"})
+    else:
+        # to_json takes structs: wrap the value, then take its JSON back out
+        wrapped = F.to_json(
+            F.struct(_wire(column, dtype).alias("v")), {"ignoreNullFields": "false"}
+        )
+        payload = F.regexp_extract(wrapped, r'^\{"v":(.*)\}$', 1)
+    text = F.concat(F.lit('{"schema":' + schema + ',"payload":'), payload, F.lit("}"))
+    return F.when(column.isNull(), F.lit(None)).otherwise(text.cast("binary"))
 
 
 # -- Connect schema → Spark type ---------------------------------------------------------
