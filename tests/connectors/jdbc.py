@@ -63,14 +63,13 @@ def source_task(config: dict[str, str], offsets: Offsets | None = None) -> JdbcS
 
 def rows_of(batch: SourceBatch) -> list[dict[str, Any]]:
     """The rows a batch's typed records hold."""
-    from pyspark.sql import functions as F
 
-    from herder.dataplane.schemas import decode_column, distinct_schemas, merged_struct
+    from herder.dataplane.schemas import distinct_schemas, merged_struct, with_decoded
 
     schemas = distinct_schemas(batch.data)
     if not schemas:
         return []
-    typed = batch.data.select(decode_column(F.col("value"), merged_struct(schemas)).alias("r"))
+    typed = with_decoded(batch.data, {"r": ("value", merged_struct(schemas))})
     return [row.asDict(recursive=True) for row in typed.select("r.*").collect()]
 
 

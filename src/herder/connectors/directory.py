@@ -528,14 +528,14 @@ class DirectorySinkTask(SinkTask):
         if self.format == "json" and not self.schema:
             return df.where(F.col("value").isNotNull()).select(*where, value)
         if self.typed:
-            from herder.dataplane.schemas import decode_column, distinct_schemas, merged_struct
+            from herder.dataplane.schemas import distinct_schemas, merged_struct, with_decoded
 
             present = df.where(F.col("value").isNotNull())
             schemas = distinct_schemas(present)
             if not schemas:
                 return present.select(*where)
-            typed = decode_column(F.col("value"), merged_struct(schemas)).alias("_row")
-            return present.select(*where, typed).select(*where, "_row.*")
+            typed = with_decoded(present, {"_row": ("value", merged_struct(schemas))})
+            return typed.select(*where, "_row.*")
         values = df.where(F.col("value").isNotNull()).select(*where, value)
         schema: Any = self.schema
         if not schema:

@@ -30,7 +30,7 @@ rows never come to Python.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from herder.errors import ConfigError
@@ -286,9 +286,13 @@ def _millis_fields(schema: dict) -> set[str]:
     return {f["field"] for f in schema.get("fields", []) if f.get("name") == TIMESTAMP}
 
 
-def decode_column(raw: Column, schema: dict) -> Column:
-    """Typed values (envelopes whose schema is ``schema``) as a Spark column of its type."""
-    from pyspark.sql import functions as F
+_PREFIX = '{"schema":'
+_PAYLOAD_KEY = ',"payload":'
+
+
+def _wire_of(schema: dict) -> tuple[DataType, DataType, set[str]]:
+    """A schema's Spark type, the type its payload is read as, and its top-level fields
+    in Connect's Timestamp (ms as a JSON number)."""
     from pyspark.sql import types as T
 
     dtype = spark_type(schema)
@@ -301,6 +305,56 @@ def decode_column(raw: Column, schema: dict) -> Column:
                 for f in wire.fields
             ]
         )
+    return dtype, wire, millis
+
+
+def with_decoded(df: DataFrame, decoded: Mapping[str, tuple[str, dict]]) -> DataFrame:
+    """``df`` with a column ``name`` for each ``name: (raw column, schema)`` of
+    ``decoded``: that column's typed values (envelopes of ``schema``) as Spark values.
+
+    Two projections, so that each value is parsed once however many fields are taken
+    from it (a projection that names a parsed struct's fields one by one would parse it
+    once per field). The whole envelope is parsed: cutting the payload out of its text
+    first costs more than the parser skipping the schema (measured: 200,000 values of 7
+    fields, 3.8 s cut and parsed, 1.6 s parsed whole).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    parsed = []
+    typed = []
+    for name, (raw, schema) in decoded.items():
+        dtype, wire, millis = _wire_of(schema)
+        envelope = T.StructType([T.StructField("payload", wire, True)])
+        value = F.from_json(F.col(f"`{raw}`").cast("string"), envelope)["payload"]
+        parsed.append(value.alias(f"__parsed_{name}"))
+        column = F.col(f"`__parsed_{name}`")
+        if isinstance(dtype, T.StructType):
+            out = F.when(column.isNull(), F.lit(None)).otherwise(
+                F.struct(
+                    *[
+                        _unwire(column[f.name], f.dataType, f.name in millis).alias(f.name)
+                        for f in dtype.fields
+                    ]
+                )
+            )
+        else:
+            out = _unwire(column, dtype, schema.get("name") == TIMESTAMP)
+        typed.append(out.alias(name))
+    step = df.select("*", *parsed)
+    return step.select(*[F.col(f"`{c}`") for c in df.columns], *typed)
+
+
+def decode_column(raw: Column, schema: dict) -> Column:
+    """Typed values (envelopes whose schema is ``schema``) as a Spark column of its type.
+
+    Parses each value once per field taken from the result: for more than one field,
+    :func:`with_decoded`.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    dtype, wire, millis = _wire_of(schema)
     envelope = T.StructType([T.StructField("payload", wire, True)])
     payload = F.from_json(raw.cast("string"), envelope)["payload"]
     if isinstance(dtype, T.StructType):
@@ -316,10 +370,23 @@ def decode_column(raw: Column, schema: dict) -> Column:
 
 
 def schema_of(raw: Column) -> Column:
-    """The schema part of each envelope, as JSON text (null for a null value)."""
+    """What each envelope says of its schema, for :func:`parse_schema`: the text before
+    its payload for an envelope written as :func:`encode_column` writes it (the schema
+    first), its schema parsed out of any other (slower); null for a null value."""
     from pyspark.sql import functions as F
 
-    return F.get_json_object(raw.cast("string"), "$.schema")
+    text = raw.cast("string")
+    return F.when(text.startswith(_PREFIX), F.substring_index(text, _PAYLOAD_KEY, 1)).otherwise(
+        F.get_json_object(text, "$.schema")
+    )
+
+
+def parse_schema(found: str | None) -> dict | None:
+    """The schema :func:`schema_of` found, as a JSON object (None for none)."""
+    if found is None:
+        return None
+    schema: dict = json.loads(found.removeprefix(_PREFIX))
+    return schema
 
 
 def distinct_schemas(df: DataFrame, column: str = "value") -> list[dict]:
@@ -338,14 +405,15 @@ def distinct_schemas(df: DataFrame, column: str = "value") -> list[dict]:
         .agg(F.count(F.lit(1)).alias("count"), first.alias("first"))
         .collect()
     )
-    schemas = []
+    schemas: list[dict] = []
     for row in sorted(found, key=lambda r: (r["first"] is None, r["first"] or 0)):
-        if row["s"] is None:
+        schema = parse_schema(row["s"])
+        if schema is None:
             raise ConfigError(
                 f"{row['count']} records have a {column} without a schema: this sink needs"
                 " typed records (JsonConverter's envelope, schemas.enable=true)"
             )
-        schemas.append(json.loads(row["s"]))
+        schemas.append(schema)
     return schemas
 
 
