@@ -381,6 +381,23 @@ def schema_of(raw: Column) -> Column:
     )
 
 
+def has_schema(raw: Column, heads: Sequence[str]) -> Column:
+    """Whether each value's schema is one of those :func:`schema_of` found as ``heads``:
+    for envelopes written as :func:`encode_column` writes them, a comparison of their
+    first bytes."""
+    from pyspark.sql import functions as F
+
+    text = raw.cast("string")
+    flag = F.lit(False)
+    others = [h for h in heads if not h.startswith(_PREFIX)]
+    for head in heads:
+        if head.startswith(_PREFIX):
+            flag = flag | text.startswith(head + _PAYLOAD_KEY)
+    if others:
+        flag = flag | schema_of(raw).isin(*others)
+    return flag
+
+
 def parse_schema(found: str | None) -> dict | None:
     """The schema :func:`schema_of` found, as a JSON object (None for none)."""
     if found is None:

@@ -53,7 +53,7 @@ from herder.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructField
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,8 @@ PK_NONE, PK_KAFKA, PK_RECORD_KEY, PK_RECORD_VALUE = "none", "kafka", "record_key
 KAFKA_PK = ["__connect_topic", "__connect_partition", "__connect_offset"]
 #: The staged rows' own columns: where each record came from, and whether it deletes.
 _LOCATION = ["__topic", "__partition", "__offset", "__deleted"]
+#: Set on rows whose records have a schema the batch was not planned for.
+_UNEXPECTED = "__unexpected"
 
 
 class JdbcSinkConnector(SinkConnector):
@@ -176,6 +178,34 @@ def _check(settings: Mapping[str, Any]) -> None:
         raise ConfigError(
             f"{PK_FIELDS}: pk.mode=kafka takes three names (topic, partition, offset)"
         )
+
+
+@dataclass
+class _Schemas:
+    """A batch's topic, its table, and the schemas of its keys and values, with the
+    heads of the envelopes that carry them (:func:`~herder.dataplane.schemas.schema_of`);
+    ``complete`` if they are every schema of the batch, not its first record's."""
+
+    topic: str
+    table: TableId
+    values: list[dict]
+    value_heads: list[str]
+    keys: list[dict]
+    key_heads: list[str]
+    complete: bool
+
+    def unexpected(self) -> Column:
+        """Whether a record's key or value has a schema not among these."""
+        from pyspark.sql import functions as F
+
+        from herder.dataplane.schemas import has_schema
+
+        flag = F.lit(False)
+        for column, heads in (("value", self.value_heads), ("key", self.key_heads)):
+            if heads:
+                raw = F.col(column)
+                flag = flag | (raw.isNotNull() & ~has_schema(raw, heads))
+        return flag
 
 
 @dataclass
@@ -282,45 +312,91 @@ class JdbcSinkTask(SinkTask):
     # -- put ---------------------------------------------------------------------------
 
     def put(self, df: DataFrame) -> None:
+        """Stage ``df``'s rows. A batch's records nearly always share one schema: the
+        first record's is taken (a cheap job) and the copy checks that every record has
+        it; only when some do not is the batch staged again, after a pass that finds
+        every schema it holds."""
+        began = time.monotonic()
+        first = self._schemas(df, every=False)
+        if first is None:
+            return
+        expected = first
+        while True:
+            complete, staged = self._stage(df, expected, began)
+            if complete:
+                if staged is not None:
+                    with self._lock:
+                        self.pending.append(staged)
+                return
+            log.info(
+                "JdbcSink %s: a batch of topic %s holds records of several schemas",
+                self.connector,
+                first.topic,
+            )
+            everything = self._schemas(df, every=True)
+            assert everything is not None
+            expected = everything
+
+    def _schemas(self, df: DataFrame, *, every: bool) -> _Schemas | None:
+        """The schemas of ``df``'s keys and values: of its first record with a value
+        (``every`` false), or all of them, oldest first. None for an empty batch."""
         from pyspark.sql import functions as F
 
-        from herder.dataplane.schemas import merged_struct, parse_schema, schema_of, with_decoded
+        from herder.dataplane.schemas import parse_schema, schema_of
 
-        began = time.monotonic()
-        found = (
-            df.select(
-                schema_of(F.col("key")).alias("k"),
-                schema_of(F.col("value")).alias("v"),
-                F.col("value").isNotNull().alias("has_value"),
-                F.col("topic"),
-                F.col("offset"),
-            )
-            .groupBy("k", "v", "has_value", "topic")
-            .agg(F.count(F.lit(1)).alias("count"), F.min("offset").alias("first"))
-            .collect()
+        described = df.select(
+            schema_of(F.col("key")).alias("k"),
+            schema_of(F.col("value")).alias("v"),
+            F.col("value").isNotNull().alias("has_value"),
+            F.col("topic"),
+            F.col("offset"),
         )
-        found = sorted(found, key=lambda r: r["first"])
+        if every:
+            found = (
+                described.groupBy("k", "v", "has_value", "topic")
+                .agg(F.count(F.lit(1)).alias("count"), F.min("offset").alias("first"))
+                .collect()
+            )
+            found = sorted(found, key=lambda r: r["first"])
+        else:
+            found = described.where("has_value").limit(1).collect()
+            if not found:
+                return self._schemas(df, every=True)  # tombstones, perhaps only
         if not found:
-            return
+            return None
         topics = {r["topic"] for r in found}
         if len(topics) != 1:
             raise ConfigError(f"JdbcSink: one topic per put expected, got {sorted(topics)}")
         topic = topics.pop()
         table = TableId.parse(self.settings[TABLE_NAME_FORMAT].replace("${topic}", topic))
-        value_schemas: list[dict] = []
-        key_schemas: list[dict] = []
+        schemas = _Schemas(topic, table, [], [], [], [], complete=every)
         for row in found:
             if row["has_value"] and row["v"] is None:
+                count = f"{row['count']} records" if every else "records"
                 raise DatabaseError(
-                    f"table {table}: {row['count']} records of topic {topic} have a value"
-                    " without a schema; JdbcSink needs typed records (JsonConverter's"
-                    " envelope, value.converter.schemas.enable=true)"
+                    f"table {table}: {count} of topic {topic} have a value without a"
+                    " schema; JdbcSink needs typed records (JsonConverter's envelope,"
+                    " value.converter.schemas.enable=true)"
                 )
             value_schema, key_schema = parse_schema(row["v"]), parse_schema(row["k"])
-            if value_schema is not None and value_schema not in value_schemas:
-                value_schemas.append(value_schema)
-            if key_schema is not None and key_schema not in key_schemas:
-                key_schemas.append(key_schema)
+            if value_schema is not None and value_schema not in schemas.values:
+                schemas.values.append(value_schema)
+                schemas.value_heads.append(row["v"])
+            if key_schema is not None and key_schema not in schemas.keys:
+                schemas.keys.append(key_schema)
+                schemas.key_heads.append(row["k"])
+        return schemas
+
+    def _stage(self, df: DataFrame, schemas: _Schemas, began: float) -> tuple[bool, _Staged | None]:
+        """``df``'s rows copied into a new staging table (None if nothing is to be
+        written), after whether every record had a schema of ``schemas`` (False only
+        when they are not ``complete``: then nothing was staged)."""
+        from pyspark.sql import functions as F
+
+        from herder.dataplane.schemas import merged_struct, with_decoded
+
+        topic, table = schemas.topic, schemas.table
+        value_schemas, key_schemas = schemas.values, schemas.keys
         value = merged_struct(value_schemas) if value_schemas else None
         if value is not None and self.whitelist:
             value = {
@@ -361,16 +437,21 @@ class JdbcSinkTask(SinkTask):
             taken = set(keys) if self.pk_mode != PK_RECORD_VALUE else set()
             columns += [decoded[f].alias(f) for f in value_fields if f not in taken]
         elif self.pk_mode != PK_RECORD_KEY:
-            return  # tombstones only, and nothing they could delete
+            return True, None  # tombstones only, and nothing they could delete
+        if not schemas.complete:
+            columns.append(schemas.unexpected().alias(_UNEXPECTED))
         rows = (with_decoded(df, decodes) if decodes else df).select(*columns)
         if not self.settings[DELETE_ENABLED]:
             rows = rows.where(~F.col("__deleted"))
-        fields = [f for f in rows.schema.fields if f.name not in _LOCATION]
+        fields = [f for f in rows.schema.fields if f.name not in (*_LOCATION, _UNEXPECTED)]
         planned = time.monotonic()
         self._prepare_table(table, fields, keys)
-        stage = self._create_stage(rows.schema.fields, table)
+        stage = self._create_stage([f for f in rows.schema.fields if f.name != _UNEXPECTED], table)
         prepared = time.monotonic()
-        written = self._copy(rows, stage)
+        written, unexpected = self._copy(rows, stage)
+        if unexpected:
+            self._execute(f"DROP TABLE {stage.sql}", what=f"table {table} (staging)")
+            return False, None
         log.debug(
             "JdbcSink %s: %d rows staged for %s: schemas read in %.3f s, tables ready in"
             " %.3f s, copied in %.3f s",
@@ -381,8 +462,7 @@ class JdbcSinkTask(SinkTask):
             prepared - planned,
             time.monotonic() - prepared,
         )
-        with self._lock:
-            self.pending.append(_Staged(stage, table, [f.name for f in fields], keys, written))
+        return True, _Staged(stage, table, [f.name for f in fields], keys, written)
 
     def _key_columns(
         self, key_schemas: list[dict], table: TableId, decodes: dict[str, tuple[str, dict]]
@@ -476,9 +556,10 @@ class JdbcSinkTask(SinkTask):
         )
         return stage
 
-    def _copy(self, rows: DataFrame, stage: TableId) -> int:
+    def _copy(self, rows: DataFrame, stage: TableId) -> tuple[int, int]:
         """Copy ``rows`` into ``stage`` from the executors, each partition through a
-        connection of its own; how many rows were copied."""
+        connection of its own; how many rows were copied, and how many of them were
+        marked unexpected (their records' schemas were not those planned for)."""
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
@@ -499,10 +580,12 @@ class JdbcSinkTask(SinkTask):
             yield from _copy_partition(dsn, target, batch_rows, batches)
 
         try:
-            counted = rows.select(*projected).mapInArrow(copy, "rows long").collect()
+            counted = (
+                rows.select(*projected).mapInArrow(copy, "rows long, unexpected long").collect()
+            )
         except Exception as exc:
             raise DatabaseError(f"copying into {stage}: {first_line(exc)}") from exc
-        return sum(r["rows"] for r in counted)
+        return sum(r["rows"] for r in counted), sum(r["unexpected"] for r in counted)
 
     # -- commit ------------------------------------------------------------------------
 
@@ -623,14 +706,21 @@ def _copy_partition(
     ``batch_rows`` rows, all in one transaction of a connection of its own."""
     import adbc_driver_postgresql.dbapi as dbapi
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     schema_name, _, table = (part.strip('"').replace('""', '"') for part in target.partition('"."'))
-    total = 0
+    total = unexpected = 0
     conn = None
     try:
         group: list[pa.RecordBatch] = []
         rows = 0
         for batch in _chained(batches, None):
+            if batch is not None and _UNEXPECTED in batch.schema.names:
+                flags = batch.column(_UNEXPECTED)
+                unexpected += int(pc.sum(flags).as_py() or 0)
+                batch = batch.drop_columns([_UNEXPECTED])
+            if unexpected:
+                continue  # the batch is staged again: these rows are not needed
             if batch is not None:
                 group.append(batch)
                 rows += batch.num_rows
@@ -644,12 +734,12 @@ def _copy_partition(
                     )  # fmt: skip
                 total += rows
                 group, rows = [], 0
-        if conn is not None:
+        if conn is not None and not unexpected:
             conn.commit()
     finally:
         if conn is not None:
             conn.close()
-    yield pa.RecordBatch.from_pydict({"rows": [total]})
+    yield pa.RecordBatch.from_pydict({"rows": [total], "unexpected": [unexpected]})
 
 
 def _chained(batches: Iterator[pa.RecordBatch], last: None) -> Iterator[pa.RecordBatch | None]:
