@@ -5,6 +5,7 @@ delivered again and a zombie's late commit included; bad input refused by name."
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from decimal import Decimal
 from typing import Any
 
@@ -180,7 +181,7 @@ def test_update_changes_existing_rows_only(
 
 
 def test_auto_evolve_adds_a_new_field_as_a_column(
-    spark: SparkRuntime, postgres: PostgresServer, database: str
+    spark: SparkRuntime, postgres: PostgresServer, database: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = config(database, auto_create="true", auto_evolve="true")
     task, _ = sink_task(settings, [TP])
@@ -193,7 +194,9 @@ def test_auto_evolve_adds_a_new_field_as_a_column(
             [(2, None, {"id": 3, "note": "new", "email": "c@example.org"})],
             "id long, note string, email string",
         )
-        put(task, older.unionByName(newer), 3)
+        with caplog.at_level(logging.INFO, logger="herder.connectors.jdbc.sink"):
+            put(task, older.unionByName(newer), 3)
+        assert "holds records of several schemas" in caplog.text
     finally:
         task.stop()
     assert postgres.execute("SELECT id, note, email FROM orders ORDER BY id", dbname(database)) == [
