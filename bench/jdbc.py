@@ -1,7 +1,8 @@
 """PostgreSQL → topic → PostgreSQL on one worker, against plain Spark copying the same table.
 
     python bench/jdbc.py [--records N] [--runs R] [--warmup-runs W] [--driver-memory 2g]
-                         [--tmp-dir D] [--pretty]
+                         [--batch-rows B] [--tmp-dir D] [--pretty] [--keep-work-dir]
+                         [--worker-log-level DEBUG]
 
 A throwaway PostgreSQL server (Debian's ``postgresql`` package, as the tests start one)
 holds a table of N rows (default 1,000,000) of a typical shape: a bigint key, two
@@ -16,7 +17,7 @@ integers, text, a timestamp, numeric(12,2) and a boolean. Measured in one run, o
   written into an empty table (the *sink*). ``--warmup-runs`` runs first (default 1),
   then ``--runs`` (default 2); the best counts.
 * **herder**: one ensemble server and one worker (``local[*]``). A JdbcSource
-  (``mode=incrementing``) and a JdbcSink (``insert.mode=upsert`` by the key, into an
+  (``mode=incrementing``, batches of ``--batch-rows``, default 250,000) and a JdbcSink (``insert.mode=upsert`` by the key, into an
   empty table) run on an empty table; the rows are then inserted in one transaction and
   the clock runs until the target table holds them all (the *copy*). Then the *source*
   alone (the JdbcSource of a fresh table, its sink created PAUSED: until the source's
@@ -175,10 +176,11 @@ def connection(server: PostgresServer) -> dict[str, str]:
     }
 
 
-def source_config(server: PostgresServer, table: str) -> dict[str, str]:
+def source_config(server: PostgresServer, table: str, batch_rows: int) -> dict[str, str]:
     return {
         "connector.class": SOURCE, "mode": "incrementing", "incrementing.column.name": "id",
         "table.whitelist": table, "topic.prefix": "bench-", "poll.interval.ms": "100",
+        "batch.max.rows": str(batch_rows),
         **connection(server),
     }  # fmt: skip
 
@@ -232,14 +234,18 @@ def failed(herder: Herder, names: Sequence[str]) -> None:
                 raise RuntimeError(f"task of {name} failed:\n{task.get('trace')}")
 
 
-def herder_run(herder: Herder, server: PostgresServer, run: int, records: int) -> dict[str, Any]:
+def herder_run(
+    herder: Herder, server: PostgresServer, run: int, records: int, batch_rows: int
+) -> dict[str, Any]:
     """One copy, then one source alone and one sink alone; seconds and checks."""
     copy_src, copy_dst = f"copy_src_{run}", f"copy_dst_{run}"
     create(server, copy_src)
     create(server, copy_dst)
     create_connector(herder, f"copy-sink-{run}",
                      sink_config(server, f"bench-{copy_src}", copy_dst), "RUNNING")  # fmt: skip
-    create_connector(herder, f"copy-source-{run}", source_config(server, copy_src), "RUNNING")
+    create_connector(
+        herder, f"copy-source-{run}", source_config(server, copy_src, batch_rows), "RUNNING"
+    )
     names = [f"copy-source-{run}", f"copy-sink-{run}"]
     until(lambda: herder.running(*names), 180, "the copy's connectors RUNNING")
     copy = timed(herder, lambda: count(server, copy_dst) >= records, names,
@@ -254,9 +260,10 @@ def herder_run(herder: Herder, server: PostgresServer, run: int, records: int) -
     fill(server, src, records)
     sink_name, source_name = f"alone-sink-{run}", f"alone-source-{run}"
     create_connector(herder, sink_name, sink_config(server, f"bench-{src}", dst), "PAUSED")
+    source_settings = source_config(server, src, batch_rows)
     source = timed(
         herder, lambda: source_reached(herder, source_name) >= records, [source_name],
-        lambda: create_connector(herder, source_name, source_config(server, src), "RUNNING"),
+        lambda: create_connector(herder, source_name, source_settings, "RUNNING"),
     )  # fmt: skip
     herder.delete(source_name)
     sink = timed(
@@ -280,7 +287,7 @@ def herder_run(herder: Herder, server: PostgresServer, run: int, records: int) -
 def run_herder(args: argparse.Namespace, server: PostgresServer, work: Path) -> dict[str, Any]:
     _procs.progress(f"herder: {args.warmup_runs} + {args.runs} runs")
     with _procs.Services(work) as services:
-        herder = Herder(services, work, args.driver_memory)
+        herder = Herder(services, work, args.driver_memory, args.worker_log_level)
 
         def healthy() -> bool:
             return herder.http.get(f"{herder.url}/health", timeout=5).status_code == 200
@@ -289,7 +296,7 @@ def run_herder(args: argparse.Namespace, server: PostgresServer, work: Path) -> 
         try:
             results = []
             for run in range(args.warmup_runs + args.runs):
-                results.append(herder_run(herder, server, run, args.records))
+                results.append(herder_run(herder, server, run, args.records, args.batch_rows))
                 _procs.progress(f"herder run {run}: {json.dumps(results[-1])}")
         finally:
             herder.close()
@@ -320,7 +327,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         herder = run_herder(args, server, work)
     finally:
         server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep_work_dir:
+            _procs.progress(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     figures: dict[str, Any] = {
         "records": args.records,
         "columns": COLUMNS,
@@ -343,6 +353,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--tmp-dir", default=None)
     parser.add_argument("--pretty", action="store_true")
+    parser.add_argument("--batch-rows", type=int, default=250_000)
+    parser.add_argument("--keep-work-dir", action="store_true")
+    parser.add_argument("--worker-log-level", default="INFO")
     return parser.parse_args(argv)
 
 

@@ -5,10 +5,12 @@ bad configs are refused with the table and column named."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from decimal import Decimal
 
 import pytest
 
+from herder.connect import ConnectorContext
 from herder.connectors.jdbc import JdbcSourceConnector
 from herder.connectors.jdbc.postgres import DatabaseError
 from herder.dataplane import SparkRuntime
@@ -269,3 +271,59 @@ def test_a_table_dropped_mid_stream_fails_the_task_naming_it(
             task.poll()
     finally:
         task.stop()
+
+
+def test_rows_newer_than_the_delay_wait_and_a_lost_connection_is_made_again(
+    spark: SparkRuntime, postgres: PostgresServer, orders: str
+) -> None:
+    add_orders(postgres, orders, 1, 2)
+    postgres.execute(
+        "INSERT INTO orders (id, note, updated) VALUES (3, 'just now', LOCALTIMESTAMP)",
+        dbname(orders),
+    )
+    settings = config(orders, mode="timestamp", timestamp_column_name="updated",
+                      timestamp_delay_interval_ms="3600000")  # fmt: skip
+    task = source_task(settings)
+    try:
+        assert sorted(r["id"] for r in poll_rows(task)) == [1, 2]
+        # the server ends the task's session: the next poll connects again
+        postgres.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            f" WHERE datname = '{dbname(orders)}' AND pid <> pg_backend_pid()"
+        )
+        postgres.execute(
+            "UPDATE orders SET updated = TIMESTAMP '2024-06-01 00:00:00' WHERE id = 1",
+            dbname(orders),
+        )
+        assert [r["id"] for r in poll_rows(task)] == [1]
+    finally:
+        task.stop()
+
+
+class Reconfigurations(ConnectorContext):
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+
+    def request_task_reconfiguration(self) -> None:
+        self.requested.set()
+
+    def raise_error(self, error: BaseException) -> None:
+        raise AssertionError(error)
+
+
+def test_a_new_table_is_found_and_the_tasks_reconfigured(
+    postgres: PostgresServer, database: str
+) -> None:
+    postgres.execute("CREATE TABLE a (id serial PRIMARY KEY)", dbname(database))
+    connector = JdbcSourceConnector()
+    context = Reconfigurations()
+    connector.initialize(context)
+    connector.start({**credentials(database), "mode": "bulk", "topic.prefix": "t-",
+                     "table.poll.interval.ms": "100"})  # fmt: skip
+    try:
+        assert [c["tables"] for c in connector.task_configs(2)] == ["a"]
+        postgres.execute("CREATE TABLE b (id serial PRIMARY KEY)", dbname(database))
+        assert context.requested.wait(30)
+        assert [c["tables"] for c in connector.task_configs(2)] == ["a", "b"]
+    finally:
+        connector.stop()

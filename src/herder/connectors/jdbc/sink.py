@@ -79,6 +79,8 @@ PK_NONE, PK_KAFKA, PK_RECORD_KEY, PK_RECORD_VALUE = "none", "kafka", "record_key
 KAFKA_PK = ["__connect_topic", "__connect_partition", "__connect_offset"]
 #: The staged rows' own columns: where each record came from, and whether it deletes.
 _LOCATION = ["__topic", "__partition", "__offset", "__deleted"]
+#: PostgreSQL's work_mem for the transaction that moves staged rows in.
+MOVE_WORK_MEM = "256MB"
 #: Set on rows whose records have a schema the batch was not planned for.
 _UNEXPECTED = "__unexpected"
 
@@ -596,7 +598,8 @@ class JdbcSinkTask(SinkTask):
             return offsets
         offsets_sql = self.offsets_table.sql
         me = literal(self.connector)
-        statements = []
+        # a batch's rows are sorted by key to keep the latest of each: in memory, not on disk
+        statements = [f"SET LOCAL work_mem = '{MOVE_WORK_MEM}'"] if pending else []
         if offsets:
             values = ", ".join(
                 f"({me}, {literal(tp.topic)}, {tp.partition}, 0)" for tp in sorted(offsets)
