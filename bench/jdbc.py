@@ -17,9 +17,10 @@ integers, text, a timestamp, numeric(12,2) and a boolean. Measured in one run, o
   written into an empty table (the *sink*). ``--warmup-runs`` runs first (default 1),
   then ``--runs`` (default 2); the best counts.
 * **herder**: one ensemble server and one worker (``local[*]``). A JdbcSource
-  (``mode=incrementing``, batches of ``--batch-rows``, default 250,000) and a JdbcSink (``insert.mode=upsert`` by the key, into an
-  empty table) run on an empty table; the rows are then inserted in one transaction and
-  the clock runs until the target table holds them all (the *copy*). Then the *source*
+  (``mode=incrementing``, batches of ``--batch-rows``, default 250,000) and a JdbcSink
+  (``insert.mode=upsert`` by the key, into an empty table) run on an empty table; the
+  rows are then inserted in one transaction and the clock runs until the target table
+  holds them all (the *copy*). Then the *source*
   alone (the JdbcSource of a fresh table, its sink created PAUSED: until the source's
   committed offset reaches the last row) and the *sink* alone (that sink resumed: until
   its table holds every row). As many warm-up and measured runs as for Spark.
