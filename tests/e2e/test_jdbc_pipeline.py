@@ -185,9 +185,7 @@ def test_kill_9_in_the_middle_of_a_table_copy_loses_and_repeats_nothing(
         return count() >= total
 
     wait_until(done, timeout=600, interval=0.5, what="the copy to finish")
-    assert postgres.execute("SELECT count(*), count(DISTINCT id) FROM dst", db) == [
-        (total, total)
-    ]
+    assert postgres.execute("SELECT count(*), count(DISTINCT id) FROM dst", db) == [(total, total)]
     differing = postgres.execute(
         "SELECT count(*) FROM ((SELECT * FROM src EXCEPT SELECT * FROM dst)"
         " UNION ALL (SELECT * FROM dst EXCEPT SELECT * FROM src)) d",
