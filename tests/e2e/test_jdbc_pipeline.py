@@ -136,6 +136,26 @@ def test_a_typed_parquet_file_goes_through_postgres_and_back_unchanged(
     assert [(f.name, f.type) for f in out.schema] == [(f.name, f.type) for f in given.schema]
     assert out.to_pylist() == given.to_pylist()
 
+    # bad input: a config the database refuses is refused before it is stored; a table
+    # dropped under a running source fails its task, the cause naming the table
+    refused = cluster.http.post(
+        f"{cluster.answering().url}/connectors",
+        json={"name": "wrong", "config": {
+            "connector.class": SOURCE, "mode": "bulk", "topic.prefix": "x-",
+            **credentials(database), "connection.password": "wrong"}},
+    )  # fmt: skip
+    assert refused.status_code == 400, refused.text
+    assert "password authentication failed" in refused.text
+    postgres.execute("DROP TABLE typed_copy", db)
+
+    def failed_naming_the_table() -> str | None:
+        tasks = cluster.status("from-postgres").get("tasks", [])
+        trace = tasks[0].get("trace") or "" if tasks and tasks[0]["state"] == "FAILED" else ""
+        return trace if "typed_copy" in trace else None
+
+    trace = wait_until(failed_naming_the_table, timeout=60, what="the source task to fail")
+    assert 'relation "public.typed_copy" does not exist' in str(trace)
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
