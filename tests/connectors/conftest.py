@@ -1,9 +1,9 @@
 """Fixtures of the connector tests: one throwaway PostgreSQL server per test session,
-a fresh database per test, and the data plane's SparkSession and ensemble server."""
+a fresh database per test, and the data plane's SparkSession."""
 
 from __future__ import annotations
 
-from tests.dataplane.conftest import ensemble, spark, storage
+from tests.dataplane.conftest import spark
 from tests.fixtures.postgres import database, postgres
 
-__all__ = ["database", "ensemble", "postgres", "spark", "storage"]
+__all__ = ["database", "postgres", "spark"]

@@ -685,9 +685,6 @@ class JdbcSinkTask(SinkTask):
         )
         return statements
 
-    def close(self, partitions: Collection[TopicPartition]) -> None:
-        return None
-
     def stop(self) -> None:
         conn = getattr(self, "conn", None)
         if conn is None:

@@ -23,6 +23,7 @@ changes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -493,7 +494,7 @@ class _TableReader:
                 row = cursor.fetchone()
             conn.commit()
         except Exception as exc:
-            with _suppressed():
+            with contextlib.suppress(Exception):
                 conn.rollback()
             raise DatabaseError(f"{self.what}: {first_line(exc)}") from exc
         return tuple(row) if row is not None else None
@@ -519,14 +520,6 @@ class _TableReader:
             start = end
         pieces[0] = f"({pieces[0]}) OR (({window.condition}) AND {key} IS NULL)"
         return pieces
-
-
-class _suppressed:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True
 
 
 def _offset_micros(offset: Mapping[str, Any]) -> int:
@@ -609,7 +602,7 @@ class JdbcSourceTask(SourceTask):
             if not _connection_lost(exc):
                 raise
             log.warning("JdbcSource: %s; connecting again", exc)
-            with _suppressed():
+            with contextlib.suppress(Exception):
                 self.conn.close()
             self.conn = self._connect()
             return fn(self.conn)
@@ -642,7 +635,7 @@ class JdbcSourceTask(SourceTask):
         self._stopping.set()
         conn, self.conn = getattr(self, "conn", None), None
         if conn is not None:
-            with _suppressed():
+            with contextlib.suppress(Exception):
                 conn.close()
 
 
