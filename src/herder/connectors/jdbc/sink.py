@@ -21,6 +21,7 @@ offsets that table holds, not from the group's committed offsets.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
@@ -243,6 +244,8 @@ class JdbcSinkTask(SinkTask):
         self._staged_count = 0
         self._lock = threading.Lock()
         self.pending: list[_Staged] = []
+        #: the schemas the last batch was staged with
+        self._expected: _Schemas | None = None
         self.conn = connect_with_retries(self.database, self.settings)
         self._execute(
             f"CREATE TABLE IF NOT EXISTS {self.offsets_table.sql} (connector text NOT NULL,"
@@ -319,24 +322,30 @@ class JdbcSinkTask(SinkTask):
         it; only when some do not is the batch staged again, after a pass that finds
         every schema it holds."""
         began = time.monotonic()
-        first = self._schemas(df, every=False)
-        if first is None:
-            return
-        expected = first
+        topics = [t for t in self.settings[TOPICS] if t]
+        # with one topic, the schemas of the batch before are checked as a first record's
+        expected = self._expected if len(topics) == 1 else None
+        if expected is None:
+            expected = self._schemas(df, every=False)
+            if expected is None:
+                return
         while True:
             complete, staged = self._stage(df, expected, began)
             if complete:
+                # the next batch's records are checked against these, whatever they are
+                self._expected = dataclasses.replace(expected, complete=False)
                 if staged is not None:
                     with self._lock:
                         self.pending.append(staged)
                 return
             log.info(
-                "JdbcSink %s: a batch of topic %s holds records of several schemas",
+                "JdbcSink %s: a batch of topic %s holds records of schemas not seen before",
                 self.connector,
-                first.topic,
+                expected.topic,
             )
             everything = self._schemas(df, every=True)
-            assert everything is not None
+            if everything is None:
+                return
             expected = everything
 
     def _schemas(self, df: DataFrame, *, every: bool) -> _Schemas | None:
