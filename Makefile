@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 quickstart: $(STAMP)
@@ -26,6 +26,7 @@ postgresql:
 		  $(SUDO) apt-get install -y -q --no-install-recommends postgresql; }
 
 test: $(STAMP) postgresql
+	.ci/chromium
 	$(BIN)/python -m pytest -m "not slow" -q
 
 lint: $(STAMP)

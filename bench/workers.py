@@ -1,9 +1,15 @@
 """How the worker runtime scales with the number of tasks it runs.
 
     python bench/workers.py [--connectors 90] [--tasks 10] [--workers 3]
-                            [--session-timeout-ms 10000] [--poll-ms 200] [--timeout-s 600]
-                            [--sample-s 5] [--failed-grace-s 30] [--tmp-dir D] [--pretty]
-                            [--keep-work-dir]
+                            [--protocols eager,sessioned] [--max-delay-ms 5000]
+                            [--no-static] [--session-timeout-ms 10000] [--poll-ms 200]
+                            [--timeout-s 600] [--sample-s 5] [--failed-grace-s 30]
+                            [--tmp-dir D] [--pretty] [--keep-work-dir]
+
+Everything below runs once per ``connect.protocol`` of ``--protocols`` (default: eager,
+then sessioned, side by side in one run), each on a cluster of its own; the figures of
+each are under ``protocols.<name>``, and ``comparison`` puts the headline figures of all
+of them next to each other.
 
 One ensemble server and W worker processes (``herder worker start``) on 127.0.0.1, then
 C connectors of T tasks each. The connector is ``bench.idle_connector``'s: its tasks
@@ -28,20 +34,31 @@ figures. Measured, in order:
   connections to (for the server: on) the ensemble's client port (the process's socket
   inodes matched against ``/proc/net/tcp``), child processes (a JVM would be one), CPU
   seconds so far, and CPU in % of one core over ``--sample-s`` seconds of idling.
+* **one more connector**: with every task RUNNING, one more connector is created; how
+  many of the tasks already running were stopped meanwhile (the workers' "task ...
+  stopped" log lines; goal 0: under ``sessioned`` nothing that runs moves, under
+  ``eager`` every task stops) and how long until the new one's tasks run too.
+* **rolling restart** (workers are static, ``group.instance.id``, unless ``--no-static``):
+  each worker in turn is stopped with SIGTERM and started again with the same config,
+  waiting for every task to be RUNNING before the next; the tasks that ended on another
+  worker than before (goal 0), the tasks other workers stopped meanwhile, and the
+  generations the group went through.
 * **kill9**: a worker that is not the group's leader (as the workers' logs name it) is
   killed with SIGKILL; the time until every task is RUNNING on a survivor, and that
-  time minus ``session.timeout.ms``.
+  time minus ``session.timeout.ms`` (and, cooperative, ``scheduled.rebalance.max.delay.ms``
+  too: the survivors wait that long for the worker to come back).
 * **restart**: a new worker with the same properties starts; the time until it prints
   that its REST API is up, until one task is RUNNING on it, and until every task is
   RUNNING again (an eager rebalance restarts them all).
 
-``targets`` says whether every task ran within 60 s of the last create, whether the
-survivors took over within 5 s beyond the session timeout, and whether no create got a
-5xx or no answer. Figures go to stdout as one JSON object, progress to stderr; every
-process started is stopped by PID in ``finally`` blocks. Each create rebalances the
-group, and an eager rebalance restarts every task, so with the defaults (900 tasks) the
-creates alone may take many minutes; ``--connectors 3 --tasks 2 --workers 2`` runs in
-about half a minute.
+``targets`` says, for each protocol, whether every task ran within 10 s of the last
+create (60 s under eager), whether creating one more connector stopped no task, whether
+the rolling restart moved none, whether the survivors took over within 5 s beyond the
+session timeout (and delay), and whether no create got a 5xx or no answer. Figures go
+to stdout as one JSON object, progress to stderr; every process started is stopped by
+PID in ``finally`` blocks. Under eager each create rebalances the group and restarts
+every task, so with the defaults (900 tasks) the creates alone may take minutes;
+``--connectors 3 --tasks 2 --workers 2`` runs in about a minute.
 """
 
 from __future__ import annotations
@@ -88,9 +105,13 @@ FAILURES_KEPT = 5
 TRACE_CHARS = 1500
 TCP_ESTABLISHED = "01"
 
-TARGET_RUNNING_AFTER_LAST_CREATE_S = 60
+#: all tasks RUNNING within this long of the last create, by protocol
+TARGET_RUNNING_AFTER_LAST_CREATE_S = {"eager": 60, "compatible": 10, "sessioned": 10}
 TARGET_KILL9_BEYOND_SESSION_S = 5
 TARGET_FAILED_CREATES = 0
+TARGET_TASKS_STOPPED_BY_ONE_CREATE = 0
+TARGET_TASKS_MOVED_BY_ROLLING_RESTART = 0
+STOPPED_LINE = re.compile(r" task (\S+) stopped on (\S+)$", re.MULTILINE)
 
 
 # -- what the workers report -------------------------------------------------------------
@@ -108,6 +129,8 @@ class Snapshot:
     short: int
     #: the trace of the first FAILED task listed
     failed_trace: str | None = field(default=None, compare=False)
+    #: "<connector>-<task>" -> the worker id its status names
+    owners: dict[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
     def parse(cls, body: dict[str, Any], tasks_per_connector: int) -> Snapshot:
@@ -115,10 +138,12 @@ class Snapshot:
         tasks: list[tuple[str, str]] = []
         short = 0
         failed_trace = None
+        owners: dict[str, str] = {}
         for name, entry in body.items():
             status = entry.get("status", {})
             states[status.get("connector", {}).get("state", "?")] += 1
             listed = status.get("tasks", [])
+            owners.update({f"{name}-{t.get('id')}": t.get("worker_id", "?") for t in listed})
             short += len(listed) < tasks_per_connector
             tasks.extend((t.get("state", "?"), t.get("worker_id", "?")) for t in listed)
             for task in listed:
@@ -128,7 +153,7 @@ class Snapshot:
                     tail = trace if len(trace) <= TRACE_CHARS else "..." + trace[-TRACE_CHARS:]
                     failed_trace = f"task {name}-{task.get('id')}: {tail}"
         # sorted: workers may list them in different orders, and a wait compares them
-        return cls(len(body), states, sorted(tasks), short, failed_trace)
+        return cls(len(body), states, sorted(tasks), short, failed_trace, owners)
 
     @property
     def failed(self) -> int:
@@ -285,6 +310,7 @@ class Worker:
     service: _procs.Service
     worker_id: str
     url: str
+    command: list[str] = field(default_factory=list)
 
 
 def _properties(values: dict[str, object]) -> str:
@@ -299,6 +325,8 @@ class Cluster:
     services: _procs.Services
     work: Path
     http: httpx.Client
+    #: the workers' connect.protocol
+    protocol: str = "sessioned"
     ensemble_port: int = 0
     server: _procs.Service | None = None
     workers: list[Worker] = field(default_factory=list)
@@ -336,6 +364,8 @@ class Cluster:
             "dataplane.spark.warmup": "false",
             "spark.master": "local[1]",
             "spark.ui.enabled": "false",
+            "connect.protocol": self.protocol,
+            "scheduled.rebalance.max.delay.ms": self.args.max_delay_ms,
         }
 
     def start_server(self) -> None:
@@ -361,7 +391,10 @@ class Cluster:
         self.started_workers += 1
         name = f"worker-{self.started_workers}"
         config = self.work / f"{name}.properties"
-        config.write_text(_properties(self.worker_properties(_procs.free_port())))
+        properties = self.worker_properties(_procs.free_port())
+        if self.args.static:
+            properties["group.instance.id"] = name
+        config.write_text(_properties(properties))
         command = [*HERDER, "--log-level", "INFO", "worker", "start", "--config", str(config)]
         with _procs.children_ignore_sigint():
             service = self.services.start(name, command, cwd=REPO_ROOT)
@@ -372,11 +405,39 @@ class Cluster:
 
         found = _procs.wait_until(ready, timeout=READY_TIMEOUT_S, what=f"{name}'s REST API")
         assert isinstance(found, re.Match)
-        worker = Worker(name, service, found.group(1), found.group(2))
+        worker = Worker(name, service, found.group(1), found.group(2), command)
         self.workers.append(worker)
         self.names[worker.worker_id] = name
         _procs.progress(f"{name}: worker {worker.worker_id} at {worker.url} (pid {service.pid})")
         return worker
+
+    def restart_in_place(self, worker: Worker) -> None:
+        """SIGTERM ``worker`` and start it again with the same config (same port, same
+        ``group.instance.id``); wait until it says its REST API is up."""
+        worker.service.stop()
+        offset = worker.service.log_size()
+        with _procs.children_ignore_sigint():
+            service = self.services.start(worker.name, worker.command, cwd=REPO_ROOT)
+
+        def ready() -> re.Match[str] | None:
+            service.check_alive()
+            return READY_LINE.search(service.log_since(offset))
+
+        _procs.wait_until(ready, timeout=READY_TIMEOUT_S, what=f"{worker.name}'s REST API")
+        worker.service = service
+
+    def log_offsets(self) -> dict[str, int]:
+        return {w.name: w.service.log_size() for w in self.workers}
+
+    def tasks_stopped_since(
+        self, offsets: dict[str, int], *, besides: str | None = None
+    ) -> dict[str, int]:
+        """Tasks each worker (but ``besides``) logged as stopped since ``offsets``."""
+        return {
+            w.name: len(STOPPED_LINE.findall(w.service.log_since(offsets.get(w.name, 0))))
+            for w in self.workers
+            if w.name != besides
+        }
 
     def latest_generation(self) -> tuple[dict[str, int], str | None]:
         """Each worker's latest generation, and the leader the newest one names."""
@@ -554,12 +615,17 @@ def kill_one(cluster: Cluster, session_timeout_ms: int, timeout_s: float) -> dic
         "seconds": None,
         "beyond_session_timeout_s": None,
     }
+    # a cooperative leader holds the departed worker's work back this long
+    delay_ms = 0 if cluster.protocol == "eager" else cluster.args.max_delay_ms
+    figures["scheduled_delay_ms"] = delay_ms
     if waited.at is None:
         figures.update(waited.report(cluster.names))
     else:
         seconds = waited.at - killed_at
         figures["seconds"] = round(seconds, 3)
-        figures["beyond_session_timeout_s"] = round(seconds - session_timeout_ms / 1000, 3)
+        figures["beyond_session_timeout_s"] = round(
+            seconds - (session_timeout_ms + delay_ms) / 1000, 3
+        )
         figures["running_tasks_per_worker"] = _running_per_worker(cluster, waited)
     return figures
 
@@ -591,6 +657,91 @@ def restart_one(cluster: Cluster, timeout_s: float) -> dict[str, Any]:
     return figures
 
 
+def one_more_connector(cluster: Cluster, timeout_s: float) -> dict[str, Any]:
+    """Create one more connector on the loaded cluster: how many running tasks stopped,
+    and how long until its tasks run too."""
+    args = cluster.args
+    running_before = cluster.created * args.tasks
+    offsets = cluster.log_offsets()
+    worker = cluster.workers[-1]
+    config = {"connector.class": CONNECTOR_CLASS, "tasks.max": str(args.tasks)}
+    config["poll.ms"] = str(args.poll_ms)
+    sent = time.monotonic()
+    reply = cluster.http.post(
+        f"{worker.url}/connectors",
+        json={"name": "one-more", "config": config},
+        timeout=CREATE_TIMEOUT_S,
+    )
+    answered = time.monotonic()
+    figures: dict[str, Any] = {
+        "status": reply.status_code,
+        "create_s": round(answered - sent, 3),
+        "running_tasks_before": running_before,
+        "tasks_stopped": None,
+        "all_running_s": None,
+    }
+    if reply.status_code // 100 != 2:
+        figures["body"] = reply.text[:500]
+        return figures
+    cluster.created += 1
+    waited = cluster.wait_for(lambda s: s.all_running(cluster.created), sent + timeout_s)
+    if waited.at is None:
+        figures.update(waited.report(cluster.names))
+    else:
+        figures["all_running_s"] = round(waited.at - sent, 3)
+    stopped = cluster.tasks_stopped_since(offsets)
+    figures["tasks_stopped"] = sum(stopped.values())
+    figures["tasks_stopped_per_worker"] = stopped
+    return figures
+
+
+def rolling_restart(cluster: Cluster, timeout_s: float) -> dict[str, Any]:
+    """Restart every worker in turn (SIGTERM, start again with the same config), each
+    once every task is RUNNING again; which tasks ended elsewhere, what others stopped."""
+    before = cluster.status()
+    while before is None or not before.all_running(cluster.created):
+        before = cluster.wait_for(
+            lambda s: s.all_running(cluster.created), time.monotonic() + timeout_s
+        ).last
+    generations_before, _ = cluster.latest_generation()
+    began = time.monotonic()
+    per_worker = []
+    others_stopped = 0
+    for worker in list(cluster.workers):
+        offsets = cluster.log_offsets()
+        started = time.monotonic()
+        cluster.restart_in_place(worker)
+        waited = cluster.wait_for(
+            lambda s: s.all_running(cluster.created), time.monotonic() + timeout_s
+        )
+        stopped = cluster.tasks_stopped_since(offsets, besides=worker.name)
+        others_stopped += sum(stopped.values())
+        entry: dict[str, Any] = {
+            "worker": worker.name,
+            "all_running_again_s": None if waited.at is None else round(waited.at - started, 3),
+            "tasks_other_workers_stopped": sum(stopped.values()),
+        }
+        per_worker.append(entry)
+        _procs.progress(f"rolling restart: {entry}")
+        if waited.at is None:
+            entry.update(waited.report(cluster.names))
+            break
+    after = cluster.status()
+    generations_after, _ = cluster.latest_generation()
+    moved = None
+    if before is not None and after is not None:
+        moved = sum(1 for task, owner in before.owners.items() if after.owners.get(task) != owner)
+    return {
+        "static": cluster.args.static,
+        "seconds": round(time.monotonic() - began, 3),
+        "tasks_moved": moved,
+        "tasks_other_workers_stopped": others_stopped,
+        "generations_before": generations_before,
+        "generations_after": generations_after,
+        "workers": per_worker,
+    }
+
+
 def _running_per_worker(cluster: Cluster, waited: Wait) -> dict[str, int]:
     assert waited.last is not None
     return waited.last.running_per_worker(cluster.names)
@@ -599,27 +750,35 @@ def _running_per_worker(cluster: Cluster, waited: Wait) -> dict[str, int]:
 # -- the run -----------------------------------------------------------------------------
 
 
-def targets(figures: dict[str, Any]) -> dict[str, Any]:
-    after = figures.get("after_last_create_s")
-    beyond = (figures.get("kill9") or {}).get("beyond_session_timeout_s")
-    statuses = (figures.get("create") or {}).get("statuses")
-    failed = None if statuses is None else failed_creates(statuses)
+def _target(target: float, measured: float | None) -> dict[str, Any]:
     return {
-        "all_running_within_s_of_last_create": {
-            "target": TARGET_RUNNING_AFTER_LAST_CREATE_S,
-            "measured": after,
-            "met": after is not None and after <= TARGET_RUNNING_AFTER_LAST_CREATE_S,
-        },
-        "kill9_within_s_of_session_timeout": {
-            "target": TARGET_KILL9_BEYOND_SESSION_S,
-            "measured": beyond,
-            "met": beyond is not None and beyond <= TARGET_KILL9_BEYOND_SESSION_S,
-        },
-        "creates_5xx_or_timeout": {
-            "target": TARGET_FAILED_CREATES,
-            "measured": failed,
-            "met": failed is not None and failed <= TARGET_FAILED_CREATES,
-        },
+        "target": target,
+        "measured": measured,
+        "met": measured is not None and measured <= target,
+    }
+
+
+def targets(protocol: str, figures: dict[str, Any]) -> dict[str, Any]:
+    statuses = (figures.get("create") or {}).get("statuses")
+    return {
+        "all_running_within_s_of_last_create": _target(
+            TARGET_RUNNING_AFTER_LAST_CREATE_S[protocol], figures.get("after_last_create_s")
+        ),
+        "tasks_stopped_by_one_more_connector": _target(
+            TARGET_TASKS_STOPPED_BY_ONE_CREATE,
+            (figures.get("one_more_connector") or {}).get("tasks_stopped"),
+        ),
+        "tasks_moved_by_rolling_restart": _target(
+            TARGET_TASKS_MOVED_BY_ROLLING_RESTART,
+            (figures.get("rolling_restart") or {}).get("tasks_moved"),
+        ),
+        "kill9_within_s_of_session_timeout_and_delay": _target(
+            TARGET_KILL9_BEYOND_SESSION_S,
+            (figures.get("kill9") or {}).get("beyond_session_timeout_s"),
+        ),
+        "creates_5xx_or_timeout": _target(
+            TARGET_FAILED_CREATES, None if statuses is None else failed_creates(statuses)
+        ),
     }
 
 
@@ -655,37 +814,32 @@ def measure(cluster: Cluster, figures: dict[str, Any]) -> None:
         "all RUNNING" if waited.at is not None else "after giving up on all RUNNING"
     )
     if waited.at is None:
-        figures["kill9"] = figures["restart"] = {"skipped": "the tasks were never all RUNNING"}
+        skipped = {"skipped": "the tasks were never all RUNNING"}
+        for phase in ("one_more_connector", "rolling_restart", "kill9", "restart"):
+            figures[phase] = skipped
         return
+    figures["one_more_connector"] = one_more_connector(cluster, args.timeout_s)
+    _procs.progress(f"one more connector: {figures['one_more_connector']}")
+    figures["rolling_restart"] = rolling_restart(cluster, args.timeout_s)
+    _procs.progress(
+        f"rolling restart: {figures['rolling_restart']['tasks_moved']} tasks moved, "
+        f"{figures['rolling_restart']['tasks_other_workers_stopped']} stopped elsewhere"
+    )
     figures["kill9"] = kill_one(cluster, args.session_timeout_ms, args.timeout_s)
     _procs.progress(f"kill -9: {figures['kill9']}")
     figures["restart"] = restart_one(cluster, args.timeout_s)
     _procs.progress(f"restart: {figures['restart']}")
 
 
-def run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
-    figures: dict[str, Any] = {
-        "benchmark": "workers",
-        "herder_version": herder_version,
-        "machine": _procs.machine_info(),
-        "parameters": {
-            "connectors": args.connectors,
-            "tasks_per_connector": args.tasks,
-            "tasks": args.connectors * args.tasks,
-            "workers": args.workers,
-            "session_timeout_ms": args.session_timeout_ms,
-            "poll_ms": args.poll_ms,
-            "timeout_s": args.timeout_s,
-            "sample_s": args.sample_s,
-            "failed_grace_s": args.failed_grace_s,
-            "connector_class": CONNECTOR_CLASS,
-        },
-    }
+def run_protocol(args: argparse.Namespace, protocol: str) -> tuple[dict[str, Any], int]:
+    """Every phase on a cluster of its own whose workers speak ``protocol``."""
+    figures: dict[str, Any] = {}
     status = 0
-    work = Path(tempfile.mkdtemp(prefix="herder-bench-workers-", dir=args.tmp_dir))
+    _procs.progress(f"-- connect.protocol={protocol}")
+    work = Path(tempfile.mkdtemp(prefix=f"herder-bench-workers-{protocol}-", dir=args.tmp_dir))
     try:
         with _procs.Services(work) as services, httpx.Client() as http:
-            cluster = Cluster(args, services, work, http)
+            cluster = Cluster(args, services, work, http, protocol)
             try:
                 measure(cluster, figures)
             except Exception as exc:
@@ -718,12 +872,66 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
                     else None,
                 }
             figures["logs"] = {s.name: log_summary(s) for s in services.started}
-            figures["targets"] = targets(figures)
+            figures["targets"] = targets(protocol, figures)
     finally:
         if args.keep_work_dir:
             _procs.progress(f"logs and data kept in {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+    return figures, status
+
+
+#: the figures ``comparison`` puts side by side: (name, path into a protocol's figures)
+COMPARED = (
+    ("after_last_create_s", ("after_last_create_s",)),
+    ("create_seconds", ("create", "seconds")),
+    ("one_more_connector_tasks_stopped", ("one_more_connector", "tasks_stopped")),
+    ("one_more_connector_all_running_s", ("one_more_connector", "all_running_s")),
+    ("rolling_restart_tasks_moved", ("rolling_restart", "tasks_moved")),
+    ("rolling_restart_seconds", ("rolling_restart", "seconds")),
+    ("kill9_seconds", ("kill9", "seconds")),
+    ("restart_all_running_again_s", ("restart", "all_running_again_s")),
+)
+
+
+def _dig(figures: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = figures
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    figures: dict[str, Any] = {
+        "benchmark": "workers",
+        "herder_version": herder_version,
+        "machine": _procs.machine_info(),
+        "parameters": {
+            "connectors": args.connectors,
+            "tasks_per_connector": args.tasks,
+            "tasks": args.connectors * args.tasks,
+            "workers": args.workers,
+            "protocols": args.protocols,
+            "scheduled_rebalance_max_delay_ms": args.max_delay_ms,
+            "static_workers": args.static,
+            "session_timeout_ms": args.session_timeout_ms,
+            "poll_ms": args.poll_ms,
+            "timeout_s": args.timeout_s,
+            "sample_s": args.sample_s,
+            "failed_grace_s": args.failed_grace_s,
+            "connector_class": CONNECTOR_CLASS,
+        },
+        "protocols": {},
+    }
+    status = 0
+    for protocol in args.protocols:
+        figures["protocols"][protocol], failed = run_protocol(args, protocol)
+        status |= failed
+    figures["comparison"] = {
+        name: {p: _dig(figures["protocols"][p], path) for p in args.protocols}
+        for name, path in COMPARED
+    }
+    figures["targets"] = {p: figures["protocols"][p]["targets"] for p in args.protocols}
     return figures, status
 
 
@@ -736,6 +944,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--connectors", type=int, default=90)
     parser.add_argument("--tasks", type=int, default=10, help="tasks.max of each connector")
     parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument(
+        "--protocols",
+        default="eager,sessioned",
+        help="the connect.protocol values to measure, one cluster each, in order",
+    )
+    parser.add_argument(
+        "--max-delay-ms",
+        type=int,
+        default=5_000,
+        help="scheduled.rebalance.max.delay.ms of the workers (cooperative protocols)",
+    )
+    parser.add_argument(
+        "--no-static",
+        dest="static",
+        action="store_false",
+        help="dynamic workers (no group.instance.id) in the rolling restart",
+    )
     parser.add_argument("--session-timeout-ms", type=int, default=10_000)
     parser.add_argument("--poll-ms", type=int, default=200, help="how long each poll waits")
     parser.add_argument(
@@ -762,6 +987,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         positive=("connectors", "tasks", "timeout_s", "sample_s", "failed_grace_s"),
         non_negative=("poll_ms",),
     )
+    args.protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
+    unknown = set(args.protocols) - set(TARGET_RUNNING_AFTER_LAST_CREATE_S)
+    if unknown or not args.protocols:
+        parser.error(f"--protocols takes eager, compatible and sessioned, not {sorted(unknown)}")
+    if args.max_delay_ms < 0:
+        parser.error("--max-delay-ms must be at least 0")
     if args.workers < 2:
         parser.error("--workers must be at least 2 (one is killed)")
     if args.session_timeout_ms < 1000:

@@ -481,3 +481,70 @@ def test_a_resumed_zombie_is_fenced(cluster: Cluster, tmp_path: Path, sink_too: 
             }
         )
     )
+
+
+# -- static workers: a restart rebalances no sink group either ------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_a_static_workers_restart_keeps_its_sink_tasks_group_membership(
+    processes: Processes, tmp_path: Path
+) -> None:
+    """A static worker (``group.instance.id``) restarted within its session timeout: its
+    sink task's membership of ``connect-<sink>`` carries an instance id derived from the
+    worker's, so the new process takes the place back — same generation, no rebalance of
+    the sink group — and the output stays exactly once."""
+    cluster = Cluster(processes, tmp_path)
+    port = free_port()
+    props = {
+        "group.id": "static-pipeline",
+        "group.instance.id": "w1",
+        "bootstrap.servers": cluster.server.bootstrap,
+        "rest.host.name": "127.0.0.1",
+        "rest.port": port,
+        # room for a process with a JVM to stop and start again
+        "session.timeout.ms": 45_000,
+        "heartbeat.interval.ms": 1000,
+        "rebalance.timeout.ms": 20_000,
+        "task.shutdown.graceful.timeout.ms": TASK_SHUTDOWN_MS,
+        "storage.root": str(cluster.storage),
+        "spark.master": "local[1]",
+        "spark.driver.memory": "512m",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+    }
+    config = tmp_path / "static-worker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    worker = cluster.start_worker(config)
+    input_file, output_file = tmp_path / "in.txt", tmp_path / "out.txt"
+    input_file.write_bytes(b"".join(numbered(i) for i in range(1_000)))
+    cluster.create("in", source_config(input_file, "numbers"))
+    cluster.create("out", sink_config(output_file, "numbers"))
+    wait_until(lambda: count_lines(output_file) >= 1_000, 180, what="the first lines")
+
+    def describe() -> dict:  # type: ignore[type-arg]
+        bootstrap = cluster.server.bootstrap
+        out = subprocess.run(
+            [*HERDER, "groups", "describe", "connect-out", "--bootstrap", bootstrap, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+    before = describe()
+    assert before["state"] == "Stable", before
+    assert [m["group_instance_id"] for m in before["members"]] == ["w1-out-0"], before
+
+    assert worker.proc.stop() == 0, worker.proc.output()[-3000:]
+    cluster.workers.remove(worker)
+    with open(input_file, "ab") as f:
+        f.write(b"".join(numbered(i) for i in range(1_000, 2_000)))
+    cluster.start_worker(config)
+    wait_until(lambda: count_lines(output_file) >= 2_000, 180, what="the lines written meanwhile")
+    after = describe()
+    # the same place in the same generation: the sink group did not rebalance
+    assert after["generation"] == before["generation"], (before, after)
+    assert [m["group_instance_id"] for m in after["members"]] == ["w1-out-0"], after
+    assert_exactly_once(output_file, 2_000)

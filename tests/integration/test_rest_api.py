@@ -502,9 +502,14 @@ def test_logger_levels_for_one_worker_and_for_the_cluster(logs_on_failure: RestC
     assert_error(get(f"{a}/admin/loggers/no.such.logger"), 404, "no.such.logger")
 
 
-def test_task_configs_handed_to_the_leader(logs_on_failure: RestCluster) -> None:
+def test_task_configs_handed_to_the_leader_unsigned_under_compatible(
+    logs_on_failure: RestCluster,
+) -> None:
+    """Connect's internal endpoint as it is without signed requests (``eager`` and
+    ``compatible``); under ``sessioned`` the same requests are refused
+    (test_cooperative_workers)."""
     c = logs_on_failure
-    a, b = c.urls()
+    a, b = (c.start_worker(group="unsigned", **{"connect.protocol": "compatible"}) for _ in "ab")
     create(a, "handed", c.config(), initial_state="STOPPED")
     for url in (a, b):  # one of them is not the leader and forwards
         reply = send("POST", f"{url}/connectors/handed/tasks", [{"x": url}])
@@ -549,8 +554,11 @@ def test_a_request_that_cannot_finish_answers_500_naming_the_work(
     logs_on_failure: RestCluster,
 ) -> None:
     c = logs_on_failure
-    url = c.start_worker(group="slow", **{"rest.request.timeout.ms": 2000})
-    # a task whose poll() takes 6 s takes as long to stop, and every rebalance stops it
+    url = c.start_worker(
+        group="slow", **{"rest.request.timeout.ms": 2000, "connect.protocol": "eager"}
+    )
+    # a task whose poll() takes 6 s takes as long to stop, and every eager rebalance
+    # stops it
     create(url, "sluggish", c.config(**{"poll.delay.ms": "6000"}))
     wait_until(lambda: c.starts("sluggish-0") >= 1, 20, what="the slow task to start")
 

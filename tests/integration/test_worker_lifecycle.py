@@ -57,6 +57,8 @@ class Workers:
             "heartbeat.interval.ms": 500,
             "rebalance.timeout.ms": 20_000,
             "worker.unsync.backoff.ms": 1000,
+            # a killed worker's tasks move at once (the delay has tests of its own)
+            "scheduled.rebalance.max.delay.ms": 0,
             "task.shutdown.graceful.timeout.ms": GRACEFUL_MS,
             "storage.root": str(self.tmp_path / "topics"),
             "dataplane.spark.warmup": "false",

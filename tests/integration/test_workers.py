@@ -38,6 +38,8 @@ class Cluster:
             "heartbeat.interval.ms": 300,
             "rebalance.timeout.ms": 10000,
             "worker.unsync.backoff.ms": 1000,
+            # a departed worker's tasks move at once (the delay has tests of its own)
+            "scheduled.rebalance.max.delay.ms": 0,
             "task.execution.factory": "tests.fixtures.connectors:MarkerExecutions",
         }
         path = self.tmp_path / f"worker-{port}.properties"

@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from herder import __version__
+from herder import __version__, logcontext
 from herder.errors import HerderError, with_advice
 
 
@@ -28,18 +28,23 @@ from herder.errors import HerderError, with_advice
     envvar="HERDER_LOG_LEVEL",
     help="Logging threshold for messages written to stderr.",
 )
-def cli(log_level: str) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(list(logcontext.FORMATS)),
+    default="text",
+    show_default=True,
+    envvar="HERDER_LOG_FORMAT",
+    help="text, or json: one JSON object a line (a worker's log.format sets it too).",
+)
+def cli(log_level: str, log_format: str) -> None:
     """herder: Kafka Connect's distributed mode on a Zab ensemble, pipelines on Spark."""
     if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:
         # ``kill -USR1 <pid>``: every thread's stack to stderr, for a process that hangs
         # (the process's own stderr: a caller may have put one without a file behind it
         # in sys.stderr, as click's test runner does)
         faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # each line about a connector or task names it: [name|task-0] (Connect's MDC context)
+    logcontext.configure(log_level, log_format, sys.stderr)
     # py4j's DEBUG is every command sent to Spark's JVM: a trace of the bridge, not of
     # herder, and slow enough to change what a DEBUG run measures (PUT /admin/loggers/py4j
     # turns it on where wanted)
@@ -67,6 +72,7 @@ COMMAND_GROUPS: list[tuple[str, str]] = [
     ("herder.cli.topics", "topics"),
     ("herder.cli.standalone", "standalone"),
     ("herder.cli.connectors", "connectors"),
+    ("herder.cli.status", "status"),
 ]
 
 

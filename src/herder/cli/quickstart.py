@@ -122,6 +122,7 @@ async def _run(root: Path, records: int, keep_running: bool, timeout: float) -> 
             f" in {seconds:.1f} s ({rate:,.0f} records/s)\n"
             f"  input  {input_file}\n  output {output_file}\n  topics {root / 'topics'}\n"
             f"  REST   {worker.url}  (try {worker.url}/connectors?expand=status)"
+            f"\n  UI     {worker.url}/ui   (and: herder status --url {worker.url})"
         )
         if keep_running:
             out.print("running until Ctrl-C ...")

@@ -32,9 +32,11 @@ def standalone(worker_config: Path, connector_configs: tuple[Path, ...]) -> None
     are created at start-up; one that already exists is kept if its config is the
     same and updated otherwise. The REST API is the distributed worker's.
     """
+    from herder.cli.worker import apply_log_format
     from herder.config import load_properties, resolve
     from herder.dataplane.execution import TaskExecutions
     from herder.runtime.standalone import run_standalone
 
     props = resolve(load_properties(worker_config))
+    apply_log_format(props, worker_config)
     asyncio.run(run_standalone(props, [str(path) for path in connector_configs], TaskExecutions))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -34,4 +36,20 @@ def start(config_path: Path) -> None:
         WorkerConfig.from_properties(props)
     except ConfigError as exc:
         raise ConfigError(f"{config_path}: {exc}") from None
+    apply_log_format(props, config_path)
     asyncio.run(run_worker(props, TaskExecutions))
+
+
+def apply_log_format(props: Mapping[str, Any], where: Path) -> None:
+    """A worker's ``log.format`` (text or json) switches the process's log lines to it."""
+    from herder import logcontext
+    from herder.errors import ConfigError
+
+    fmt = str(props.get("log.format", "")).strip().lower()
+    if not fmt:
+        return
+    if fmt not in logcontext.FORMATS:
+        raise ConfigError(
+            f"{where}: log.format={fmt!r} is not one of {', '.join(logcontext.FORMATS)}"
+        )
+    logcontext.set_format(fmt)

@@ -22,7 +22,7 @@ member holds an instance id, and a restarted process takes its member over
 from __future__ import annotations
 
 import enum
-from collections import Counter
+from collections import Counter, deque
 
 from herder.coordinator.member import JoinCallback, Member, SupportedProtocol, SyncCallback
 from herder.coordinator.messages import (
@@ -31,11 +31,15 @@ from herder.coordinator.messages import (
     JoinGroupMember,
     JoinGroupResponse,
     ListedGroup,
+    RebalanceRecord,
 )
 from herder.coordinator.offsets import GroupOffsets
 from herder.coordinator.records import GroupRecord
 from herder.coordinator.timers import Timer
 from herder.errors import ErrorCode, HerderError
+
+#: completed rebalances a group remembers for DescribeGroups
+REBALANCE_HISTORY = 20
 
 
 class GroupState(enum.Enum):
@@ -102,6 +106,16 @@ class Group:
         self.initial_delay_active = False
         #: whether a member arrived during the initial rebalance delay (which then extends)
         self.new_member_added = False
+        #: when the rebalance under way began (None: none is), and why it began
+        self.rebalance_started_ms: int | None = None
+        self.rebalance_reason = ""
+        #: rebalances that ended with the group Stable, and how long the last and the
+        #: longest took (ms), for the coordinator's metrics
+        self.rebalances_completed = 0
+        self.last_rebalance_ms: int | None = None
+        self.max_rebalance_ms = 0
+        #: the latest completed rebalances, for DescribeGroups
+        self.rebalance_history: deque[RebalanceRecord] = deque(maxlen=REBALANCE_HISTORY)
 
     def __repr__(self) -> str:
         return (
@@ -127,6 +141,24 @@ class Group:
             raise IllegalGroupTransition(
                 f"group {self.group_id}: cannot move from {self._state.value} to {target.value}"
             )
+        if target is GroupState.PREPARING_REBALANCE and self.rebalance_started_ms is None:
+            self.rebalance_started_ms = now_ms
+        elif target is GroupState.STABLE and self.rebalance_started_ms is not None:
+            took = max(0, now_ms - self.rebalance_started_ms)
+            self.rebalance_history.append(
+                RebalanceRecord(
+                    generation_id=self.generation_id,
+                    reason=self.rebalance_reason,
+                    started_ms=self.rebalance_started_ms,
+                    time_ms=took,
+                )
+            )
+            self.rebalances_completed += 1
+            self.last_rebalance_ms = took
+            self.max_rebalance_ms = max(self.max_rebalance_ms, took)
+            self.rebalance_started_ms = None
+        elif target in (GroupState.EMPTY, GroupState.DEAD):
+            self.rebalance_started_ms = None
         self._state = target
         self.state_timestamp_ms = now_ms
 
@@ -458,4 +490,8 @@ class Group:
             members=members,
             generation_id=self.generation_id,
             leader=self.leader_id or "",
+            rebalance_reason=self.rebalance_reason,
+            last_rebalance_time_ms=-1 if self.last_rebalance_ms is None else self.last_rebalance_ms,
+            state_timestamp_ms=self.state_timestamp_ms,
+            rebalances=list(self.rebalance_history),
         )

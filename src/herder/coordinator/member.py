@@ -103,11 +103,17 @@ class Member:
             metadata=self.metadata(protocol),
             assignment=assignment,
             group_instance_id=self.group_instance_id,
+            protocols=[name for name, _ in self.protocols],
         )
 
     @classmethod
     def from_record(cls, record: MemberRecord, protocol_type: str, protocol: str) -> Member:
-        """A member read back from the store speaks only the protocol it was stored under."""
+        """A member read back from the store. It offered every protocol the record
+        names (so a member that joins offering only an older one of them is not
+        refused with INCONSISTENT_GROUP_PROTOCOL while the group is being upgraded), but
+        its metadata is known only for the group's protocol, the one it was stored
+        under: the others' is empty until it rejoins, which it must do to take part in
+        any later generation."""
         return cls(
             member_id=record.member_id,
             client_id=record.client_id,
@@ -115,7 +121,10 @@ class Member:
             session_timeout_ms=record.session_timeout_ms,
             rebalance_timeout_ms=record.rebalance_timeout_ms,
             protocol_type=protocol_type,
-            protocols=[(protocol, record.metadata)],
+            protocols=[
+                (name, record.metadata if name == protocol else b"")
+                for name in record.protocols or [protocol]
+            ],
             assignment=record.assignment,
             group_instance_id=record.group_instance_id,
         )

@@ -252,6 +252,16 @@ class DescribedMember(msgspec.Struct, kw_only=True):
     group_instance_id: str | None = None
 
 
+class RebalanceRecord(msgspec.Struct, kw_only=True):
+    """One rebalance that ended with the group Stable: the generation it made, why it
+    began, when (wall clock, ms) and how long it took to reach Stable."""
+
+    generation_id: int
+    reason: str = ""
+    started_ms: int = 0
+    time_ms: int = 0
+
+
 class DescribedGroup(msgspec.Struct, kw_only=True):
     error_code: int = ErrorCode.NONE
     group_id: str
@@ -262,6 +272,14 @@ class DescribedGroup(msgspec.Struct, kw_only=True):
     #: the current generation (0 before the first) and its leader ("" when none)
     generation_id: int = -1
     leader: str = ""
+    #: why the group's current or last rebalance began (herder's, as Kafka's join
+    #: reason of KIP-800), how long the last one took (-1: none since this coordinator
+    #: took the group over), and when the group entered its state (wall clock, ms)
+    rebalance_reason: str = ""
+    last_rebalance_time_ms: int = -1
+    state_timestamp_ms: int = 0
+    #: the latest rebalances this coordinator saw the group through, oldest first
+    rebalances: list[RebalanceRecord] = []
 
 
 class DescribeGroupsResponse(msgspec.Struct, kw_only=True):

@@ -56,6 +56,7 @@ class Rebalancer:
         delay = self._ctx.config.group_initial_rebalance_delay_ms
         from_empty = group.is_in(GroupState.EMPTY) and delay > 0
         group.transition_to(PREPARING, self._ctx.now_ms)
+        group.rebalance_reason = reason
         log.info(
             "group %s preparing to rebalance from generation %d: %s",
             group.group_id,

@@ -41,6 +41,9 @@ class MemberRecord(msgspec.Struct, kw_only=True, frozen=True):
     assignment: bytes = b""
     #: a static member's instance id: a new coordinator must know whom it belongs to
     group_instance_id: str | None = None
+    #: the names of every protocol the member offered, most preferred first (empty in
+    #: records written before they were kept: only the group's protocol is known)
+    protocols: list[str] = []
 
 
 class GroupRecord(msgspec.Struct, kw_only=True, frozen=True, tag="group"):

@@ -23,6 +23,7 @@ from typing import Any
 from herder.coordinator import apis
 from herder.coordinator.config import CoordinatorConfig
 from herder.coordinator.coordinator import GroupCoordinator
+from herder.coordinator.group import GroupState
 from herder.coordinator.messages import JoinGroupRequest
 from herder.coordinator.offsets import TopicPartition
 from herder.coordinator.records import (
@@ -39,6 +40,7 @@ from herder.coordinator.records import (
     offset_key,
 )
 from herder.coordinator.store import StoreCallback
+from herder.ensemble.admin import MetricSample
 from herder.ensemble.services import ServiceHost
 from herder.ensemble.txn import Append, CreateLog, Op
 from herder.errors import ErrorCode, HerderError, InvalidSessionTimeout
@@ -117,6 +119,69 @@ class CoordinatorService:
         self._host: ServiceHost | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due: int | None = None
+
+    # -- metrics --------------------------------------------------------------------
+
+    def metric_samples(self) -> list[MetricSample]:
+        """The groups this server coordinates, by state, and their rebalances (nothing
+        while it does not lead: another server coordinates them).
+
+        ``herder_coordinator_groups{state}`` counts groups in each of Kafka's group states
+        (as Kafka's ``NumGroups<State>`` gauges); per group, its generation, members,
+        rebalances completed since this server took it over, and the last and longest
+        rebalance's time from PreparingRebalance to Stable, in ms."""
+        core = self.coordinator
+        if core is None or self._host is None or not self._host.is_leader:
+            return []
+        by_state = {state.value: 0 for state in GroupState if state is not GroupState.DEAD}
+        samples: list[MetricSample] = []
+        for group_id in core.group_ids:
+            group = core.group(group_id)
+            if group is None:
+                continue
+            by_state[group.state.value] = by_state.get(group.state.value, 0) + 1
+            labels = (("group", group_id),)
+            samples += [
+                MetricSample(
+                    "herder_coordinator_group_generation",
+                    group.generation_id,
+                    labels,
+                    "the group's generation",
+                ),
+                MetricSample(
+                    "herder_coordinator_group_members", len(group.members), labels, "members"
+                ),
+                MetricSample(
+                    "herder_coordinator_group_rebalances_total",
+                    group.rebalances_completed,
+                    labels,
+                    "rebalances that ended Stable, since this server took the group over",
+                ),
+                MetricSample(
+                    "herder_coordinator_group_max_rebalance_time_ms",
+                    group.max_rebalance_ms,
+                    labels,
+                    "the longest rebalance, PreparingRebalance to Stable",
+                ),
+            ]
+            if group.last_rebalance_ms is not None:
+                samples.append(
+                    MetricSample(
+                        "herder_coordinator_group_last_rebalance_time_ms",
+                        group.last_rebalance_ms,
+                        labels,
+                        "the last rebalance, PreparingRebalance to Stable",
+                    )
+                )
+        return [
+            MetricSample(
+                "herder_coordinator_groups",
+                count,
+                (("state", state),),
+                "groups this server coordinates, by Kafka's group state",
+            )
+            for state, count in by_state.items()
+        ] + samples
 
     # -- LeaderService --------------------------------------------------------------
 

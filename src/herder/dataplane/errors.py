@@ -134,7 +134,12 @@ class ErrorHandling:
         """Whether failing records are written somewhere rather than only skipped."""
         return self.tolerate_all and self.dead_letter_topic is not None
 
-    async def retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
+    async def retry(
+        self,
+        operation: Callable[[], Awaitable[T]],
+        what: str,
+        on_retry: Callable[[], None] | None = None,
+    ) -> T:
         """``operation()``, retried on RetriableError for up to ``errors.retry.timeout``.
 
         The delay doubles from 300 ms up to ``errors.retry.delay.max.ms``; once the
@@ -154,6 +159,8 @@ class ErrorHandling:
                         log.warning("%s failed %d times; giving up: %s", what, attempt, exc)
                     raise
                 log.info("%s failed (attempt %d), retrying in %.1fs: %s", what, attempt, delay, exc)
+                if on_retry is not None:
+                    on_retry()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.retry_delay_max_ms / 1000)
 

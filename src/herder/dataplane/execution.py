@@ -73,6 +73,7 @@ from herder.runtime.core.protocol import ConnectorTaskId
 from herder.runtime.instance_ids import sink_task_instance_id
 from herder.runtime.shell.member import GroupMember
 from herder.runtime.stores import OffsetStore
+from herder.runtime.task_metrics import HERDER, Sample, TaskMetrics
 from herder.runtime.worker import ExecutionFactory, TaskControl
 from herder.runtime.worker_config import WorkerConfig
 
@@ -92,6 +93,8 @@ DEFAULT_BATCH_MAX_MS = 500
 SINK_POLL_MS = 100
 SINK_MAX_RECORDS = "consumer.max.records"
 DEFAULT_SINK_MAX_RECORDS = 2_000_000
+#: how long a scrape of /metrics waits for the topics' end offsets
+METRICS_TIMEOUT_S = 5.0
 
 
 class TaskExecutions(ExecutionFactory):
@@ -131,6 +134,8 @@ class TaskExecutions(ExecutionFactory):
         self._closed = False
         #: the worker is stopping (its tasks end with it and come back with its restart)
         self.stopping_worker = False
+        #: the topics as ``/metrics`` follows them (opened on its first scrape)
+        self._metric_topics: Topics | None = None
 
     def share(
         self,
@@ -210,6 +215,31 @@ class TaskExecutions(ExecutionFactory):
             except Exception:
                 log.exception("retention pass failed; retrying at the next interval")
 
+    async def metric_samples(self) -> list[Sample]:
+        """Each topic's end offset per partition (``herder_topic_end_offset``), as this
+        worker's follower of the topic metadata has it after catching up."""
+        if self._opened is None or not self._opened.done() or self._opened.exception():
+            return []
+        if self._metric_topics is None:
+            self._metric_topics = Topics(self.client, self.storage)
+        topics = self._metric_topics
+        samples = []
+        try:
+            async with asyncio.timeout(METRICS_TIMEOUT_S):
+                for topic in await topics.list_topics():
+                    for state in await topics.partitions(topic.name):
+                        samples.append(
+                            Sample(
+                                HERDER,
+                                "topic-end-offset",
+                                state.next_offset,
+                                (("topic", topic.name), ("partition", str(state.partition))),
+                            )
+                        )
+        except (TimeoutError, HerderError) as exc:
+            log.info("topic end offsets left out of the metrics: %s", exc)
+        return samples
+
     def validate_config(self, config: Mapping[str, str]) -> list[str]:
         """Problems with a connector config's transforms and errors.* keys, for the herder
         to refuse before the config is stored."""
@@ -286,6 +316,7 @@ class _Execution(ABC):
         self.config = config
         self.settings = settings
         self.name = f"{task_id.connector}-{task_id.task}"
+        self.metrics = TaskMetrics(task_id, "")
         self.client = runtime.client
         self.topics = Topics(
             self.client,
@@ -305,9 +336,16 @@ class _Execution(ABC):
         )
 
     async def execute(self, control: TaskControl) -> None:
-        control.doing("connecting to the ensemble")
-        await self.runtime.open()
-        await self._execute(control)
+        self.metrics = control.metrics
+        self.pipeline.metrics = control.metrics
+        self.runtime.spark.job_times[self.name] = control.metrics.spark
+        try:
+            control.doing("connecting to the ensemble")
+            await self.runtime.open()
+            await self._execute(control)
+        finally:
+            if self.runtime.spark.job_times.get(self.name) is control.metrics.spark:
+                del self.runtime.spark.job_times[self.name]
 
     @abstractmethod
     async def _execute(self, control: TaskControl) -> None:
@@ -372,9 +410,13 @@ class SourceExecution(_Execution):
         log.info("source task %s running with fencing epoch %d", self.name, epoch)
         try:
             while not await control.wait_while_paused():
+                polling_since = time.monotonic()
                 batch = await self._gather(control, max_records, max_ms)
                 if batch is None:
                     continue
+                polled = len(batch) if isinstance(batch, list) else None
+                if polled is not None:
+                    self.metrics.source_polled(polled, time.monotonic() - polling_since)
                 sequence += 1
                 marker = json.dumps({"epoch": epoch, "batch": sequence}).encode()
                 ops: list[Op] = [
@@ -387,12 +429,16 @@ class SourceExecution(_Execution):
                 began = time.monotonic()
                 data, topic = await self.pipeline.before_write(batch)
                 staged = await writer.stage(data, topic)
+                if polled is None:  # a SourceBatch: its records are known once written
+                    self.metrics.source_polled(staged.records, time.monotonic() - polling_since)
                 if not await self._checked(control, batch, staged, writer):
+                    self.metrics.source_abandoned()
                     continue
                 staged_at = time.monotonic()
                 try:
                     await self.topics.commit(staged, ops)
                 except TxnRefused as exc:
+                    self.metrics.source_abandoned()
                     await writer.discard(staged)
                     if exc.code == ErrorCode.CHECK_FAILED and exc.index < len(checks) + 1:
                         # said here too: a worker that is stopping this task (as a resumed
@@ -411,6 +457,7 @@ class SourceExecution(_Execution):
                         ) from None
                     raise
                 previous = marker
+                self.metrics.source_committed(staged.records, time.monotonic() - staged_at)
                 log.debug(
                     "source task %s: batch %d, %d records staged in %.3f s, committed in %.3f s",
                     self.name,
@@ -654,6 +701,7 @@ class SinkExecution(_Execution):
             TopicPartition(gp.topic, gp.partition): value for gp, value in fetched.items()
         }
         self.positions = {tp: self.committed.get(tp, (0, ""))[0] for tp in partitions}
+        self.metrics.sink_assigned(len(partitions))
         await self.control.call(self.task.open, partitions)
         for tp, offset in self.context.rewinds.items():
             if tp in self.positions:
@@ -684,6 +732,7 @@ class SinkExecution(_Execution):
         if self.positions:
             await self.control.call(self.task.close, list(self.positions))
         self.positions = {}
+        self.metrics.sink_assigned(0)
         self._generation = None
         self._uncommitted = False
 
@@ -715,7 +764,9 @@ class SinkExecution(_Execution):
         if not reached:
             if self._uncommitted:
                 await self._commit_positions()
+            self._measure_lag(states)
             return False
+        self.metrics.sink_read(sum(reached[tp] - self.positions[tp] for tp in reached))
         began = time.monotonic()
         reading = 0.0
         for topic, ranges in by_topic.items():
@@ -726,14 +777,21 @@ class SinkExecution(_Execution):
             # transforms select and filter: each Spark partition keeps its offset range
             df = await self.pipeline.before_put(df)
             reading += time.monotonic() - read_at
+            records = sum(stop - start for start, stop in ranges.values())
+            failed = self.pipeline.failed_in_last_batch
+            put_began = time.monotonic()
             try:
                 await self._put(df, offset_ranges)
             except RetriableError as exc:
                 log.info("sink task %s: put will be retried: %s", self.name, exc)
                 return False
+            self.metrics.sink_put(max(0, records - failed), time.monotonic() - put_began)
         put_at = time.monotonic()
         self.positions.update(reached)
-        if await self._commit_positions():
+        committed = await self._commit_positions()
+        self.metrics.sink_committed(committed, time.monotonic() - put_at)
+        self._measure_lag(states)
+        if committed:
             log.debug(
                 "sink task %s: delivered up to %s: read and put in %.3f s (reads planned in"
                 " %.3f s), committed in %.3f s",
@@ -744,6 +802,29 @@ class SinkExecution(_Execution):
                 time.monotonic() - put_at,
             )
         return True
+
+    def _measure_lag(self, states: Mapping[str, Mapping[int, PartitionState]]) -> None:
+        """How far this task is behind the partitions it just looked at: records past its
+        position, and the age of the newest record of the oldest segment it has yet to
+        deliver (an underestimate of the oldest undelivered record's age, by at most
+        one segment's span)."""
+        records = 0
+        oldest_ms: int | None = None
+        for tp, position in self.positions.items():
+            state = states.get(tp.topic, {}).get(tp.partition)
+            if state is None:
+                continue
+            behind = state.next_offset - position
+            if behind <= 0:
+                continue
+            records += behind
+            for segment in state.overlapping(position, None):
+                if oldest_ms is None or segment.max_timestamp < oldest_ms:
+                    oldest_ms = segment.max_timestamp
+        seconds = 0.0
+        if records and oldest_ms is not None:
+            seconds = max(0.0, time.time() - oldest_ms / 1000)
+        self.metrics.sink_lag(records, seconds)
 
     async def _put(self, df: Any, offset_ranges: Sequence[OffsetRange] | None = None) -> None:
         """``put`` on a thread of its own, not a Spark job thread (it may wait on the

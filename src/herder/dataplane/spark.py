@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from herder.errors import ConfigError
+from herder.runtime.task_metrics import JobTimes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,6 +83,7 @@ DEFAULT_CONF: Mapping[str, str] = {
 #: The worker property that bounds how many Spark jobs a worker submits at once.
 JOB_THREADS_KEY = "dataplane.job.threads"
 POOL_PROPERTY = "spark.scheduler.pool"
+JOB_GROUP_PROPERTY = "spark.jobGroup.id"
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,8 @@ class SparkRuntime:
         self._executor = ThreadPoolExecutor(
             max_workers=settings.job_threads, thread_name_prefix="herder-spark"
         )
+        #: per scheduler pool (a task's), what its jobs took: its task's metrics
+        self.job_times: dict[str, JobTimes] = {}
 
     @property
     def remote(self) -> bool:
@@ -188,20 +194,37 @@ class SparkRuntime:
 
     @contextlib.contextmanager
     def pool(self, name: str | None) -> Iterator[None]:
-        """Run the jobs this thread submits inside in FAIR scheduler pool ``name``.
+        """Run the jobs this thread submits inside in FAIR scheduler pool ``name``, and
+        add the time they take to that pool's :attr:`job_times` (its task's metrics).
 
-        Under Spark Connect there is no SparkContext and this does nothing.
+        Under Spark Connect there is no SparkContext and no pool: only the time counts.
         """
+        times = self.job_times.get(name) if name is not None else None
+        began = time.monotonic()
         if name is None or self.remote:
-            yield
+            try:
+                yield
+            finally:
+                if times is not None:
+                    times.add(time.monotonic() - began)
             return
         context = self.session.sparkContext
         previous = context.getLocalProperty(POOL_PROPERTY)
+        previous_group = context.getLocalProperty(JOB_GROUP_PROPERTY)
         context.setLocalProperty(POOL_PROPERTY, name)
+        # the pool's name as the job group too, so its jobs can be counted
+        context.setLocalProperty(JOB_GROUP_PROPERTY, name)
         try:
             yield
         finally:
             context.setLocalProperty(POOL_PROPERTY, previous)  # type: ignore[arg-type]
+            context.setLocalProperty(JOB_GROUP_PROPERTY, previous_group)  # type: ignore[arg-type]
+            if times is not None:
+                took = time.monotonic() - began
+                try:
+                    times.add(took, context.statusTracker().getJobIdsForGroup(name))
+                except Exception:  # a session stopping under us: count the submission
+                    times.add(took)
 
     async def run(self, fn: Callable[..., T], *args: Any, pool: str | None = None) -> T:
         """``fn(*args)`` on a Spark job thread, inside scheduler pool ``pool``."""
@@ -211,7 +234,8 @@ class SparkRuntime:
                 return fn(*args)
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, job)
+        # in the caller's log context: a job's lines name its task
+        return await loop.run_in_executor(self._executor, contextvars.copy_context().run, job)
 
     def stop(self) -> None:
         """Stop the session and the job threads (blocking)."""

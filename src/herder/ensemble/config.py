@@ -152,6 +152,64 @@ ENSEMBLE_CONFIG = (
         documentation="This server's id; if unset, read from dataDir/myid.",
     )
     .define(
+        "admin.enableServer",
+        Type.BOOLEAN,
+        default=True,
+        importance=Importance.LOW,
+        documentation="Whether admin.serverPort, when set, serves the admin HTTP endpoints.",
+    )
+    .define(
+        "admin.serverPort",
+        Type.INT,
+        default=-1,
+        validator=Range.between(-1, 65535),
+        importance=Importance.MEDIUM,
+        documentation=(
+            "Port of the admin HTTP server: /commands/mntr, /commands/ruok and /metrics"
+            " (-1: none; 0 picks a free one, logged)."
+        ),
+    )
+    .define(
+        "admin.serverAddress",
+        Type.STRING,
+        default="0.0.0.0",
+        importance=Importance.LOW,
+        documentation="Address the admin HTTP server binds to.",
+    )
+    .define(
+        "metricsProvider.className",
+        Type.STRING,
+        default="",
+        importance=Importance.LOW,
+        documentation=(
+            "Accepted for ZooKeeper's sake: metrics are always Prometheus's, served when"
+            " metricsProvider.httpPort is set."
+        ),
+    )
+    .define(
+        "metricsProvider.httpPort",
+        Type.INT,
+        default=-1,
+        validator=Range.between(-1, 65535),
+        importance=Importance.MEDIUM,
+        documentation="Port serving /metrics in Prometheus's text format (-1: none).",
+    )
+    .define(
+        "metricsProvider.httpHost",
+        Type.STRING,
+        default="0.0.0.0",
+        importance=Importance.LOW,
+        documentation="Address the metrics port binds to.",
+    )
+    .define(
+        "fsync.warningthresholdms",
+        Type.INT,
+        default=1000,
+        validator=Range.at_least(0),
+        importance=Importance.LOW,
+        documentation="An fsync of the log slower than this, ms, is logged and counted.",
+    )
+    .define(
         "jute.maxbuffer",
         Type.INT,
         default=16 * 1024 * 1024,
@@ -202,6 +260,11 @@ class EnsembleConfig:
     commit_log_count: int = 500
     snapshot_size_factor: float = 0.33
     force_snapshot_sync: bool = False
+    #: (address, port) of the admin HTTP server, if it is on (port 0: a free one)
+    admin_server: tuple[str, int] | None = None
+    #: (address, port) of the Prometheus metrics port, if it is on
+    metrics_server: tuple[str, int] | None = None
+    fsync_warning_ms: int = 1000
 
     @property
     def standalone(self) -> bool:
@@ -264,6 +327,13 @@ class EnsembleConfig:
             commit_log_count=values["zookeeper.commitLogCount"],
             snapshot_size_factor=values["zookeeper.snapshotSizeFactor"],
             force_snapshot_sync=values["zookeeper.forceSnapshotSync"],
+            admin_server=(values["admin.serverAddress"], values["admin.serverPort"])
+            if values["admin.enableServer"] and values["admin.serverPort"] >= 0
+            else None,
+            metrics_server=(values["metricsProvider.httpHost"], values["metricsProvider.httpPort"])
+            if values["metricsProvider.httpPort"] >= 0
+            else None,
+            fsync_warning_ms=values["fsync.warningthresholdms"],
         )
 
 

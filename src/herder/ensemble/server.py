@@ -28,6 +28,7 @@ from functools import partial
 from typing import Any
 
 from herder.ensemble import apis
+from herder.ensemble.admin import AdminServer, RequestStats
 from herder.ensemble.config import EnsembleConfig
 from herder.ensemble.pipeline import StandalonePipeline
 from herder.ensemble.replica import ZabReplica
@@ -113,6 +114,11 @@ class EnsembleServer:
         self.port = 0
         self._leading_task: asyncio.Task[None] | None = None
         self._services_active = False
+        #: client requests counted and timed, for mntr and /metrics
+        self.request_stats = RequestStats()
+        self.started_at = time.monotonic()
+        #: the admin and metrics HTTP ports that are on
+        self.admin_servers: list[AdminServer] = []
 
     @property
     def state(self) -> StateMachine:
@@ -133,6 +139,7 @@ class EnsembleServer:
         )
         self.storage = storage
         self._committer = GroupCommitter(storage)
+        self._committer.fsync_warning_ms = cfg.fsync_warning_ms
         self._route()
         for service in self.services:
             service.attach(self)
@@ -147,6 +154,15 @@ class EnsembleServer:
             raise HerderError(
                 f"cannot serve clients on {cfg.client_address}:{cfg.client_port}: {exc.strerror}"
             ) from None
+        for address, what in ((cfg.admin_server, "admin server"), (cfg.metrics_server, "metrics")):
+            if address is not None:
+                admin = AdminServer(self, address[0], address[1], what)
+                try:
+                    await admin.start()
+                except HerderError:
+                    await self.stop()
+                    raise
+                self.admin_servers.append(admin)
         log.info(
             "server %d (%s, epoch %d) serving clients on %s:%d",
             cfg.server_id,
@@ -240,6 +256,8 @@ class EnsembleServer:
         self._deactivate_services()
         if self.replica is not None:
             self.replica.stop_accepting()
+        for admin in self.admin_servers:
+            await admin.stop()
         await self.wire.stop()
         if self._expiry_task is not None:
             self._expiry_task.cancel()
@@ -417,18 +435,24 @@ class EnsembleServer:
 
     # -- handlers -----------------------------------------------------------------
 
+    @property
+    def fsync_threshold_exceeded(self) -> int:
+        """fsyncs of the log slower than ``fsync.warningthresholdms``."""
+        return self._committer.fsync_threshold_exceeded if self._committer else 0
+
     def _route(self) -> None:
         w = self.wire
-        w.route(apis.CONNECT_SESSION, self._connect_session)
-        w.route(apis.PING_SESSION, self._ping_session)
-        w.route(apis.CLOSE_SESSION, self._close_session)
-        w.route(apis.TRANSACT, self._transact)
-        w.route(apis.LIST_LOGS, self._list_logs)
-        w.route(apis.DESCRIBE_LOG, self._describe_log)
-        w.route(apis.READ_LOG, self._read_log)
-        w.route(apis.END_OFFSETS, self._end_offsets)
-        w.route(apis.SYNC, self._sync)
-        w.route(apis.STATUS, self._status)
+        timed = self.request_stats.timed
+        w.route(apis.CONNECT_SESSION, timed(self._connect_session))
+        w.route(apis.PING_SESSION, timed(self._ping_session))
+        w.route(apis.CLOSE_SESSION, timed(self._close_session))
+        w.route(apis.TRANSACT, timed(self._transact))
+        w.route(apis.LIST_LOGS, timed(self._list_logs))
+        w.route(apis.DESCRIBE_LOG, timed(self._describe_log))
+        w.route(apis.READ_LOG, timed(self._read_log))
+        w.route(apis.END_OFFSETS, timed(self._end_offsets))
+        w.route(apis.SYNC, timed(self._sync))
+        w.route(apis.STATUS, timed(self._status))
 
     def _serving(self) -> None:
         """Refuse a request unless this server is in sync with a leader."""
@@ -578,7 +602,11 @@ class EnsembleServer:
             return apis.SyncResponse(zxid=self.state.last_zxid)
         # A no-op through the leader: once this server applied it, it has applied
         # everything the leader committed before it.
-        result = await self.replica.submit(lambda h: Noop(h))
+        self.request_stats.pending_syncs += 1
+        try:
+            result = await self.replica.submit(lambda h: Noop(h))
+        finally:
+            self.request_stats.pending_syncs -= 1
         return apis.SyncResponse(zxid=max(result.zxid, self.state.last_zxid))
 
     async def _status(self, req: apis.StatusRequest, ctx: RequestContext) -> apis.StatusResponse:

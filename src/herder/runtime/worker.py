@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import threading
@@ -41,6 +42,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from herder import logcontext
 from herder.connect import (
     Connector,
     ConnectorContext,
@@ -58,6 +60,7 @@ from herder.runtime.core.protocol import ConnectorTaskId
 from herder.runtime.core.status import ConnectorStatus, State, TaskStatus, TopicStatus
 from herder.runtime.plugins import Plugins
 from herder.runtime.stores import OffsetStore, StatusStore
+from herder.runtime.task_metrics import Sample, TaskMetrics, WorkerMetrics
 from herder.runtime.threads import DaemonThreadPool, TaskThread
 
 log = logging.getLogger(__name__)
@@ -84,7 +87,10 @@ class TaskControl:
         name: str = "task",
         on_started: Callable[[], None] = lambda: None,
         on_thread_exit: Callable[[], None] = lambda: None,
+        metrics: TaskMetrics | None = None,
     ) -> None:
+        #: where the execution records what it moved (Connect's task metrics)
+        self.metrics = metrics if metrics is not None else TaskMetrics(ConnectorTaskId("", 0), "")
         self.stopping = threading.Event()
         self.paused = threading.Event()
         self.activity = "being created"
@@ -102,8 +108,9 @@ class TaskControl:
         self._on_started()
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on the task's thread."""
-        return await asyncio.wrap_future(self._thread.submit(fn, *args))
+        """``fn(*args)`` on the task's thread (in the caller's log context)."""
+        context = contextvars.copy_context()
+        return await asyncio.wrap_future(self._thread.submit(context.run, fn, *args))
 
     def stop(self) -> None:
         self.stopping.set()
@@ -191,6 +198,11 @@ class ExecutionFactory(Protocol):
     def worker_stopping(self) -> None:
         """The worker is stopping: the tasks it stops from now on will run again in its
         next process (a static worker's sink tasks keep their group places for it)."""
+
+    async def metric_samples(self) -> list[Sample]:
+        """Metrics of what the executions share (the data plane's topics), for
+        ``/metrics``; none by default."""
+        return []
 
     async def close(self) -> None:
         """Stop what :meth:`open` started; the worker's tasks have stopped by now."""
@@ -296,6 +308,8 @@ class Worker:
         self._deferred: dict[ConnectorTaskId, _DeferredStart] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Future[None]] = set()
+        #: Connect's worker, connector and task metrics of what runs here
+        self.metrics = WorkerMetrics()
 
     @property
     def connectors(self) -> set[str]:
@@ -367,7 +381,9 @@ class Worker:
         """
         self._loop = asyncio.get_running_loop()
         deadline_ms = self.connector_call_timeout_ms if timeout_ms is None else timeout_ms
-        future = asyncio.wrap_future(self._calls.submit(fn, *args))
+        with logcontext.scope(name):
+            context = contextvars.copy_context()
+        future = asyncio.wrap_future(self._calls.submit(context.run, fn, *args))
         try:
             async with asyncio.timeout(deadline_ms / 1000):
                 return await asyncio.shield(future)
@@ -396,6 +412,10 @@ class Worker:
             ) from None
 
     async def _publish(self, status: ConnectorStatus | TaskStatus) -> None:
+        if isinstance(status, TaskStatus):
+            self.metrics.task_status(status.id, status.state.value.lower())
+        else:
+            self.metrics.connector_status(status.id, status.state.value.lower())
         try:
             await self.statuses.put(status)
         except Exception:
@@ -422,9 +442,11 @@ class Worker:
             )
             return False
         assigned = self._connectors[name] = _AssignedConnector(name, dict(config), target)
+        self.metrics.connector_startups.attempts += 1
         async with assigned.lock:
             if assigned.gone or not await self._bring_up(assigned):
                 return False
+            self.metrics.connector_startups.successes += 1
             await self._publish(
                 ConnectorStatus(name, _state_of(assigned.target), self.worker_id, self.generation)
             )
@@ -441,6 +463,9 @@ class Worker:
                 instance = klass()
                 instance.initialize(_Context(self, assigned))
                 assigned.instance = instance
+                self.metrics.connector(
+                    name, klass.__name__, "sink" if _is_sink(instance) else "source"
+                )
             if assigned.target is TargetState.STARTED:
                 instance = assigned.instance
                 await self.call_connector(
@@ -455,6 +480,7 @@ class Worker:
             if assigned.gone:
                 return False  # superseded: its failure is nobody's news now
             assigned.failure = exc
+            self.metrics.connector_startups.failures += 1
             log.error("connector %s failed to start: %s", name, exc)
             await self._publish(
                 ConnectorStatus(name, State.FAILED, self.worker_id, self.generation, _trace(exc))
@@ -489,6 +515,7 @@ class Worker:
         if assigned is None:
             return
         assigned.gone = True
+        self.metrics.connector_gone(name)
         try:
             async with asyncio.timeout(self.task_shutdown_timeout_ms / 1000):
                 await assigned.lock.acquire()
@@ -673,10 +700,12 @@ class Worker:
             return False
         loop = asyncio.get_running_loop()
         name = f"task-{task_id.connector}-{task_id.task}"
+        self.metrics.task_startups.attempts += 1
         control = TaskControl(
             name,
             on_started=lambda: self._task_started(run),
             on_thread_exit=lambda: self._call_soon(self._task_ended, run),
+            metrics=self.metrics.task(task_id),
         )
         run = _TaskRun(task_id, generation, target, control, ended=loop.create_future())
         try:
@@ -684,14 +713,20 @@ class Worker:
             task = klass().task_class()()
             execution = self.execution_factory(task_id, task, dict(config), dict(connector_config))
         except Exception as exc:
+            self.metrics.task_startups.failures += 1
             await self._task_failed(task_id, exc)
+            self.metrics.task_gone(task_id)
             return False
+        control.metrics.kind = "sink" if isinstance(task, SinkTask) else "source"
         if self.topic_tracking:
             self._track_topics(task_id, task)
         if target is not TargetState.STARTED:
             run.control.pause()
         self._tasks[task_id] = run
-        run.execution = loop.create_task(execution.execute(run.control), name=name)
+        # every line the execution logs names the task, as Connect's MDC context does
+        context = contextvars.copy_context()
+        context.run(logcontext.enter, task_id.connector, task_id.task)
+        run.execution = loop.create_task(execution.execute(run.control), name=name, context=context)
         run.deadline = loop.call_later(self.task_start_timeout_ms / 1000, self._start_overdue, run)
         # the execution is over once it has returned and its thread has finished the
         # call in progress (which, for one cancelled in a poll, may be a long time)
@@ -709,6 +744,7 @@ class Worker:
         if self._tasks.get(run.id) is not run or run.control.stopping.is_set() or run.failed:
             return
         run.started = True
+        self.metrics.task_startups.successes += 1
         log.info("task %s started on %s", run.id, self.worker_id)
         self._in_background(self._publish_started(run))
 
@@ -725,6 +761,7 @@ class Worker:
             f"(task.start.timeout.ms): it was {run.control.activity}"
         )
         run.failed = True
+        self.metrics.task_startups.failures += 1
         # the execution is told to stop; the herder stops it for good at the next
         # rebalance or restart, abandoning it if it still has not ended then
         run.control.stop()
@@ -747,6 +784,8 @@ class Worker:
         if run.control.stopping.is_set() or self._tasks.get(run.id) is not run:
             return
         if outcome is not None:
+            if not run.started:
+                self.metrics.task_startups.failures += 1
             run.failed = True
             self._in_background(self._task_failed(run.id, outcome))
         else:
@@ -794,6 +833,7 @@ class Worker:
                 )
         for run in stopping:
             run.control.stop()
+            self.metrics.task_gone(run.id)
         waits = [run.ended for run in stopping if run.ended and not run.ended.done()]
         if waits:
             await asyncio.wait(waits, timeout=self.task_shutdown_timeout_ms / 1000)
@@ -937,6 +977,13 @@ def _quietly(what: str, fn: Callable[[], object]) -> None:
         fn()
     except Exception:
         log.exception("%s failed", what)
+
+
+def _is_sink(connector: Connector) -> bool:
+    try:
+        return issubclass(connector.task_class(), SinkTask)
+    except Exception:
+        return False
 
 
 def _state_of(target: TargetState) -> State:

@@ -4,12 +4,39 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from herder.config import ConfigDef, Importance, Range, Type, ValidString
+from herder.errors import ConfigError
+from herder.runtime.core.session_key import (
+    DEFAULT_ALGORITHM,
+    DEFAULT_KEY_TTL_MS,
+    KeyPolicy,
+    check_algorithm,
+)
 from herder.runtime.instance_ids import validate_group_instance_id
 from herder.runtime.stores import DEFAULT_CONFIG_LOG, DEFAULT_OFFSET_LOG, DEFAULT_STATUS_LOG
+
+
+def _algorithm(name: str, value: Any, /) -> None:
+    check_algorithm(str(value), name)
+
+
+def _algorithms(name: str, value: Any, /) -> None:
+    if not value:
+        raise ConfigError(f"Invalid value for configuration {name}: name at least one algorithm")
+    for algorithm in value:
+        check_algorithm(str(algorithm), name)
+
+
+def _key_size(name: str, value: Any, /) -> None:
+    if value is not None and (value < 8 or value % 8):
+        raise ConfigError(
+            f"Invalid value {value} for configuration {name}: a key size in bits, a multiple "
+            "of 8 of at least 8 (or unset, for the algorithm's own)"
+        )
+
 
 WORKER_CONFIG = (
     ConfigDef()
@@ -85,17 +112,38 @@ WORKER_CONFIG = (
             importance=Importance.HIGH, documentation="Ensemble log of source offsets.")
     .define("status.storage.topic", Type.STRING, default=DEFAULT_STATUS_LOG,
             importance=Importance.HIGH, documentation="Ensemble log of statuses.")
-    .define("connect.protocol", Type.STRING, default="eager",
-            validator=ValidString.in_("eager", "compatible"), importance=Importance.LOW,
+    .define("connect.protocol", Type.STRING, default="sessioned",
+            validator=ValidString.in_("eager", "compatible", "sessioned"),
+            importance=Importance.LOW,
             documentation="The worker group protocol: eager (every rebalance stops "
-                          "everything) or compatible (incremental cooperative rebalancing, "
-                          "KIP-415: only what moves stops). sessioned, which also signs "
-                          "internal requests, is not supported yet.")
+                          "everything), compatible (incremental cooperative rebalancing, "
+                          "KIP-415: only what moves stops) or sessioned (the same, with "
+                          "internal requests signed by a session key, KIP-507). A group "
+                          "speaks the newest protocol all of its workers offer.")
     .define("scheduled.rebalance.max.delay.ms", Type.INT, default=300_000,
-            validator=Range.at_least(0), importance=Importance.LOW,
-            documentation="Under connect.protocol=compatible, how long the work of a worker "
-                          "that left stays unassigned, waiting for it to come back, before "
-                          "it goes to the others (0: at once).")
+            validator=Range.between(0, 2**31 - 1), importance=Importance.LOW,
+            documentation="Under connect.protocol=compatible or sessioned, how long the "
+                          "work of a worker that left stays unassigned, waiting for it to "
+                          "come back, before it goes to the others (0: at once).")
+    .define("inter.worker.key.ttl.ms", Type.INT, default=DEFAULT_KEY_TTL_MS,
+            validator=Range.between(0, 2**31 - 1), importance=Importance.LOW,
+            documentation="Under connect.protocol=sessioned, how long a session key "
+                          "signs internal requests before the leader writes a new one "
+                          "(0: it is never rotated).")
+    .define("inter.worker.key.generation.algorithm", Type.STRING, default=DEFAULT_ALGORITHM,
+            validator=_algorithm, importance=Importance.LOW,
+            documentation="The algorithm the leader makes session keys for (Java's names: "
+                          "HmacSHA256, HmacSHA512, ...).")
+    .define("inter.worker.key.size", Type.INT, default=None,
+            validator=_key_size, importance=Importance.LOW,
+            documentation="The size of a session key in bits (unset: the algorithm's own).")
+    .define("inter.worker.signature.algorithm", Type.STRING, default=DEFAULT_ALGORITHM,
+            validator=_algorithm, importance=Importance.LOW,
+            documentation="The algorithm internal requests are signed with.")
+    .define("inter.worker.verification.algorithms", Type.LIST, default=[DEFAULT_ALGORITHM],
+            validator=_algorithms, importance=Importance.LOW,
+            documentation="The algorithms a signed internal request may use; must include "
+                          "inter.worker.signature.algorithm.")
     .define("storage.root", Type.STRING, default="", importance=Importance.HIGH,
             documentation="Where topic data lives: a local path or a Hadoop filesystem URI.")
     .define("topic.tracking.enable", Type.BOOLEAN, default=True, importance=Importance.LOW,
@@ -136,8 +184,10 @@ class WorkerConfig:
     connector_call_timeout_ms: int = 60_000
     #: a static worker's ``group.instance.id`` (None: a dynamic member)
     group_instance_id: str | None = None
-    connect_protocol: str = "eager"
+    connect_protocol: str = "sessioned"
     scheduled_rebalance_max_delay_ms: int = 300_000
+    #: the ``inter.worker.*`` settings of signed internal requests
+    key_policy: KeyPolicy = field(default_factory=KeyPolicy)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> WorkerConfig:
@@ -175,6 +225,7 @@ class WorkerConfig:
             group_instance_id=v["group.instance.id"],
             connect_protocol=v["connect.protocol"],
             scheduled_rebalance_max_delay_ms=v["scheduled.rebalance.max.delay.ms"],
+            key_policy=_key_policy(v),
         )
 
     def advertised_address(self, bound_port: int) -> str:
@@ -192,3 +243,20 @@ class WorkerConfig:
 
     def spark_properties(self) -> dict[str, str]:
         return {k: v for k, v in self.originals.items() if k.startswith("spark.")}
+
+
+def _key_policy(v: Mapping[str, Any]) -> KeyPolicy:
+    signature = v["inter.worker.signature.algorithm"]
+    verification = tuple(v["inter.worker.verification.algorithms"])
+    if signature not in verification:
+        raise ConfigError(
+            f"Invalid value {signature} for configuration inter.worker.signature.algorithm: "
+            "Signature algorithm must be present in inter.worker.verification.algorithms list"
+        )
+    return KeyPolicy(
+        key_algorithm=v["inter.worker.key.generation.algorithm"],
+        key_size_bits=v["inter.worker.key.size"],
+        ttl_ms=v["inter.worker.key.ttl.ms"],
+        signature_algorithm=signature,
+        verification_algorithms=verification,
+    )

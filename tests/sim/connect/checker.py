@@ -210,6 +210,11 @@ class Checker:
         for what, executions in sim.running.items():
             if what not in wanted and any(sim.workers[e.worker].alive for e in executions):
                 problems.append(f"{what} runs but is not configured")
+        sessioned = any(
+            w.alive and w.core.generation is not None and w.core.signs_requests for w in sim.workers
+        )
+        if sessioned and snapshot.session_key is None:
+            problems.append("the group speaks sessioned but no session key was distributed")
         return problems
 
     def settled(self) -> bool:

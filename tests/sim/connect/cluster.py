@@ -11,8 +11,7 @@ group unloaded, then loaded into a fresh coordinator from ``_groups``).
 
 Each seed draws the workers' ``connect.protocol``: all eager, all cooperative
 (``sessioned``), or a mix of eager, compatible and sessioned, which agrees on eager while
-an eager worker is in the group and moves to a cooperative protocol when none is (mixed
-seeds fail no coordinator over: see ``_fault``).
+an eager worker is in the group and moves to a cooperative protocol when none is.
 
 After every step :class:`~tests.sim.connect.checker.Checker` checks the invariants;
 after the faults stop, every connector and task must be RUNNING within a bound.
@@ -23,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +35,7 @@ from herder.coordinator import messages as m
 from herder.coordinator.apis import fencing_op
 from herder.coordinator.config import CoordinatorConfig
 from herder.coordinator.coordinator import CoordinatorStatus, GroupCoordinator
+from herder.coordinator.member import Member as CoordinatorMember
 from herder.coordinator.records import (
     FENCING_LOG,
     GROUPS_LOG,
@@ -70,6 +71,12 @@ from herder.runtime.core.protocol import (
     decode_metadata,
     encode_assignment,
     encode_metadata,
+)
+from herder.runtime.core.session_key import (
+    KeyPolicy,
+    SessionKey,
+    session_key_record,
+    signature_headers,
 )
 from herder.runtime.core.status import ConnectorStatus, State, StatusView, TaskStatus, status_record
 from tests.sim.connect.checker import Checker, Violation
@@ -107,6 +114,11 @@ class Bugs:
     metadata_hides_work: bool = False
     #: a cooperative member dropped from the group rejoins still running its work
     dropped_member_keeps_work: bool = False
+    #: followers send their task configs unsigned under sessioned
+    unsigned_requests: bool = False
+    #: a coordinator that loads a group knows each member only by the protocol the
+    #: group chose (Kafka's does), refusing an eager worker of a group being upgraded
+    loaded_members_forget_protocols: bool = False
 
 
 @dataclass
@@ -129,6 +141,8 @@ class Report:
     revocations: int = 0
     #: workers that exited because their membership failed for good
     exits: int = 0
+    #: session keys written (sessioned)
+    session_keys: int = 0
 
 
 class Ensemble:
@@ -279,7 +293,7 @@ class Simulation:
         self.max_delay = self.rng.choice([5, 50, 400])
         self.slow_reads = self.rng.random() < 0.5
         self.faults = True
-        count = workers or self.rng.randint(2, 4)
+        count = workers or self.rng.randint(1, 4)
         self.mode = self.rng.choice(["eager", "sessioned", "mixed"])
         #: each worker's connect.protocol (a restarted worker keeps its config)
         self.protocols = [
@@ -289,6 +303,8 @@ class Simulation:
             for _ in range(count)
         ]
         self.max_delay_ms = self.rng.choice([0, 3_000, 20_000])
+        #: inter.worker.key.ttl.ms: short enough that keys rotate during a run
+        self.key_ttl_ms = self.rng.choice([0, 5_000, 30_000])
         self.report.mode = self.mode
         self.workers = [self._new_worker(i, 0) for i in range(count)]
         #: (connector or task) -> its executions now
@@ -464,6 +480,7 @@ class Simulation:
             unsync_backoff_ms=UNSYNC_BACKOFF_MS,
             protocol=self.protocols[index],
             max_delay_ms=self.max_delay_ms,
+            key_policy=KeyPolicy(ttl_ms=self.key_ttl_ms),
         )
         self._plant(core)
         w = SimWorker(index, incarnation, member, core, statuses=statuses)
@@ -596,11 +613,21 @@ class Simulation:
     def publish(self, w: SimWorker, instance: str | ConnectorTaskId, state: State) -> None:
         """The worker's StatusStore.put: skipped if its view holds a newer generation."""
         generation = w.begun if w.begun is not None else -1
+        self._publish_as(w, instance, state, w.worker_id, generation)
+
+    def _publish_as(
+        self,
+        w: SimWorker,
+        instance: str | ConnectorTaskId,
+        state: State,
+        worker_id: str,
+        generation: int,
+    ) -> None:
         status: ConnectorStatus | TaskStatus
         if isinstance(instance, str):
-            status = ConnectorStatus(instance, state, w.worker_id, generation)
+            status = ConnectorStatus(instance, state, worker_id, generation)
         else:
-            status = TaskStatus(instance, state, w.worker_id, generation)
+            status = TaskStatus(instance, state, worker_id, generation)
         if state is not State.DESTROYED and not w.statuses.supersedes(status):
             return
         key, value = status_record(status)
@@ -724,7 +751,26 @@ class Simulation:
                 return self._write_task_configs(w, ticket, list(configs))
             case fx.ForwardTaskConfigs(ticket=ticket, configs=configs, leader_url=url):
                 self._forward(w, ticket, list(configs), url)
+            case fx.PublishUnassigned(work=work, generation=generation):
+                for what, worker_id in work:
+                    self._publish_as(w, what, State.UNASSIGNED, worker_id, generation.generation_id)
+            case fx.DistributeSessionKey(created_ms=created_ms):
+                self.for_worker(
+                    w, self.rng.randint(1, 100), self._done(w, lambda: self._new_key(w, created_ms))
+                )
+                return True
         return False
+
+    def _new_key(self, w: SimWorker, created_ms: int) -> None:
+        policy = w.core.key_policy
+        key = SessionKey(self.rng.randbytes(policy.key_bytes), policy.key_algorithm, created_ms)
+        try:
+            ok = self.write_configs(w, [session_key_record(key)])
+        except HerderError:
+            ok = False
+        if ok:
+            self.report.session_keys += 1
+        w.core.session_key_written(ok, self.now)
 
     def _take_epoch(self, w: SimWorker, generation: Any) -> bool:
         def answered(response: Any) -> None:
@@ -845,6 +891,15 @@ class Simulation:
         if not w.core.still_current(ticket):
             w.core.task_configs_done(ticket, self.now)
             return
+        body = json.dumps(configs).encode()
+        signed = w.core.signs_requests and not self.bugs.unsigned_requests
+        headers = (
+            signature_headers(
+                w.core.snapshot.session_key, w.core.key_policy.signature_algorithm, body
+            )
+            if signed
+            else {}
+        )
         self.for_worker(w, 30_000, lambda: reply("the leader did not answer"))
         leader = next((x for x in self.workers if x.url == url and x.alive), None)
         if leader is None or self._lost():
@@ -866,6 +921,7 @@ class Simulation:
 
         def at_leader() -> None:
             try:
+                leader.core.check_internal_request(headers, body)
                 leader.core.require_leader()
                 if ticket.name not in leader.configs.snapshot():
                     raise HerderError("unknown connector")
@@ -892,6 +948,15 @@ class Simulation:
         if leaders:
             w = self.rng.choice(leaders)
             self.for_worker(w, 0, lambda: self._serve(w))
+
+    def _operate_until_served(self) -> None:
+        """An operator's request that, like one to the REST API, waits for a leader."""
+        leaders = [w for w in self.workers if w.alive and w.started and w.core.is_leader]
+        if not leaders:
+            self.after(250, self._operate_until_served)
+            return
+        w = self.rng.choice(leaders)
+        self.for_worker(w, 0, lambda: self._serve(w))
 
     def _serve(self, w: SimWorker) -> None:
         snapshot = w.configs.snapshot()
@@ -938,22 +1003,17 @@ class Simulation:
             w = self.rng.choice(leaders if leaders and self.rng.random() < 0.5 else live)
             if not w.paused:
                 self._pause(w, self.rng.choice([2_000, 8_000, 15_000, 30_000]))
-        elif roll < 0.7 and self.mode != "mixed":
-            # A coordinator that loads a group knows each member only by the protocol it
-            # was stored under (Kafka's too), so a worker whose newest protocol is older
-            # than the group's is refused (INCONSISTENT_GROUP_PROTOCOL) until the group
-            # next rebalances, which a settled group never does. Mixed seeds leave that
-            # limit of the coordinator out; the others fail it over.
+        elif roll < 0.7:
             self.failover()
 
     def _exit(self, w: SimWorker, error: HerderError) -> None:
-        """A worker whose membership failed for good exits; its supervisor restarts it.
-        (An eager worker can be refused so: a coordinator that loaded the group keeps
-        only each member's chosen protocol, so until they rejoin it knows of no protocol
-        they share with a worker that offers eager alone: INCONSISTENT_GROUP_PROTOCOL.)"""
+        """A worker whose membership failed for good: nothing the simulator draws may
+        cause that (all workers share one valid config), so it is a violation. (One way
+        it happened: a coordinator that loaded a group knew each member only by the
+        protocol the group chose, and refused a worker offering only eager in the middle
+        of an upgrade with INCONSISTENT_GROUP_PROTOCOL.)"""
         self.report.exits += 1
-        self.log(f"worker {w.index} exits: {error}")
-        self._crash(w, counted=False)
+        raise Violation(f"worker {w.index} left its group for good: {error}")
 
     def _crash(self, w: SimWorker, *, counted: bool = True) -> None:
         if counted:
@@ -1009,6 +1069,16 @@ class Simulation:
                 patches.enter_context(
                     mock.patch.object(mm.MemberMachine, "_generation_lost", never, create=True)
                 )
+            if self.bugs.loaded_members_forget_protocols:
+                from_record = CoordinatorMember.from_record.__func__  # type: ignore[attr-defined]
+
+                def forgetful(cls: Any, record: Any, protocol_type: str, protocol: str) -> Any:
+                    record = msgspec.structs.replace(record, protocols=[])
+                    return from_record(cls, record, protocol_type, protocol)
+
+                patches.enter_context(
+                    mock.patch.object(CoordinatorMember, "from_record", classmethod(forgetful))
+                )
             if self.bugs.status_ignores_generation:
                 patches.enter_context(
                     mock.patch.object(StatusView, "supersedes", lambda self, status: True)
@@ -1045,6 +1115,10 @@ class Simulation:
                     self.after(0, fn)
                 w.deferred = []
         self.log("faults stop")
+        # a burst of requests right after (connectors created in quick succession, each
+        # while the group still rebalances for the one before), then nothing more
+        for _ in range(self.rng.randint(2, 5)):
+            self.after(self.rng.randint(0, 3_000), self._operate_until_served)
         settle_by = self.now + LIVENESS_MS
         while self.now < settle_by:
             if not self._step():

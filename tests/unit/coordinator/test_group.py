@@ -143,8 +143,8 @@ def test_a_stored_group_comes_back_stable_with_its_assignments() -> None:
     assert loaded.state is S
     assert (loaded.generation_id, loaded.leader_id, loaded.protocol) == (1, "a", "range")
     assert [(m.member_id, m.assignment) for m in loaded.members] == [("a", b"A"), ("b", b"B")]
-    # a loaded member speaks only the chosen protocol, with its metadata for it
-    assert loaded.get("b").protocols == [("range", b"b:range")]
+    # a loaded member keeps the names of all it offered, its metadata only for the chosen
+    assert loaded.get("b").protocols == [("sticky", b""), ("range", b"b:range")]
     assert loaded.describe().members[1].metadata == b"b:range"
 
 

@@ -334,3 +334,32 @@ def test_unloading_a_group_leaves_nothing_of_it_answering_or_timed() -> None:
     h.advance(REBALANCE_MS * 10)
     assert h.store.writes == writes and not h.store.pending
     assert h.coordinator.group("g") is None and h.list_groups().value.groups == []
+
+
+def test_a_loaded_group_still_admits_a_member_offering_only_an_older_protocol() -> None:
+    """A group in the middle of an upgrade (its members offer new and old protocols and
+    chose the new) fails over: a worker that offers only the old protocol may join."""
+    h = Harness()
+    both = [("sessioned", b"v2"), ("eager", b"v0")]
+    formed = h.form_group("g", 2, protocol_type="connect", protocols=both)
+    assert h.group("g").protocol == "sessioned"
+    later = h.now + 1_000
+    coordinator, _ = loaded_copy(h, later)
+    joined: Reply[Any] = Reply()
+    coordinator.join_group(
+        JoinGroupRequest(
+            group_id="g",
+            member_id="",
+            client_id="old",
+            client_host="/127.0.0.1",
+            session_timeout_ms=SESSION_MS,
+            rebalance_timeout_ms=SESSION_MS,
+            protocol_type="connect",
+            protocols=[JoinGroupProtocol(name="eager", metadata=b"v0")],
+        ),
+        later,
+        joined,
+    )
+    assert joined.error == ErrorCode.MEMBER_ID_REQUIRED, joined.value
+    group = coordinator.group("g")
+    assert group is not None and set(group.member_ids) == set(formed.members)

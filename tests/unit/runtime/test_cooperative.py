@@ -179,6 +179,44 @@ def test_the_new_fields_survive_the_wire_and_an_eager_decoder_ignores_them() -> 
 layouts = st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=6)
 
 
+def test_revoking_rounds_in_a_row_are_backed_off() -> None:
+    """KAFKA-12495: workers joining one after another do not make every round revoke."""
+    snapshot = snapshot_of(connector("a", 12))
+    assignor = CooperativeAssignor(max_delay_ms=300_000)
+    alone, memory = assignor.assign("w1", {"w1": worker(snapshot.offset, "w1")}, snapshot,
+                                    Memory(), 0)  # fmt: skip
+    assert len(alone["w1"].tasks) == 12
+    group = holding(snapshot.offset, alone) | {"w2": worker(snapshot.offset, "w2")}
+    first, memory = assignor.assign("w1", group, snapshot, memory, 10)
+    assert len(first["w1"].revoked_tasks) == 6 and memory.revoked_in_previous
+    # before the follow-up round w3 joins too: this round would revoke again
+    group = holding(snapshot.offset, first) | {"w3": worker(snapshot.offset, "w3")}
+    second, memory = assignor.assign("w1", group, snapshot, memory, 20)
+    assert not any(a.revoked_tasks for a in second.values())
+    assert all(a.delay == 40 for a in second.values())
+    # the unheld work still goes out, to those with room
+    assert sorted(len(a.tasks) for a in second.values()) == [3, 3, 6]
+    # after the backoff the group rejoins, and the load is balanced
+    third, memory = assignor.assign("w1", holding(snapshot.offset, second), snapshot, memory, 60)
+    assert sum(len(a.revoked_tasks) for a in third.values()) == 2
+    fourth, memory = assignor.assign("w1", holding(snapshot.offset, third), snapshot, memory, 70)
+    assert sorted(len(a.tasks) for a in fourth.values()) == [4, 4, 4]
+    assert not memory.revoked_in_previous and memory.successive_revoking == 0
+
+
+def test_no_backoff_when_the_scheduled_delay_is_zero() -> None:
+    snapshot = snapshot_of(connector("a", 12))
+    assignor = CooperativeAssignor(max_delay_ms=0)
+    alone, memory = assignor.assign("w1", {"w1": worker(snapshot.offset, "w1")}, snapshot,
+                                    Memory(), 0)  # fmt: skip
+    group = holding(snapshot.offset, alone) | {"w2": worker(snapshot.offset, "w2")}
+    first, memory = assignor.assign("w1", group, snapshot, memory, 10)
+    group = holding(snapshot.offset, first) | {"w3": worker(snapshot.offset, "w3")}
+    second, memory = assignor.assign("w1", group, snapshot, memory, 20)
+    assert sum(len(a.revoked_tasks) for a in second.values()) > 0
+    assert all(a.delay == 0 for a in second.values())
+
+
 @st.composite
 def clusters(draw: st.DrawFn) -> tuple[ClusterConfigSnapshot, dict[str, WorkerMetadata]]:
     """A config and members holding arbitrary (overlapping, stale) work."""

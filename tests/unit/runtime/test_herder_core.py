@@ -529,3 +529,39 @@ def test_task_starts_queued_in_a_row_are_taken_together(log: Log) -> None:
     assert isinstance(first, fx.StartTask)
     assert [s.task_id for s in core.take_task_starts()] == list(tasks[1:])
     assert core.take() is None
+
+
+def test_the_leader_publishes_held_back_work_as_unassigned_on_the_departed_worker(
+    log: Log,
+) -> None:
+    core = coop_core(log)
+    members = {
+        "a": WorkerMetadata(version=2, config_offset=log.offset, url="http://a:8083"),
+        "me": WorkerMetadata(version=2, config_offset=log.offset, url=ME),
+    }
+    core.assign("me", members, "sessioned", 0)
+    held_back = core.assign("me", {"me": members["me"]}, "sessioned", 1_000)
+    gen = Generation(2, "me", "me", "sessioned", ("me",))
+    core.assigned(gen, held_back["me"])
+    core.ready()
+    core.leader_epoch_taken(gen, 1)
+    published = [e for e in core.ready() if isinstance(e, fx.PublishUnassigned)]
+    assert published == [fx.PublishUnassigned((("c", "a:8083"), (T0, "a:8083")), gen)]
+
+
+@pytest.mark.parametrize("protocol", ["eager", "sessioned"])
+def test_configs_read_while_the_leader_takes_its_epoch_make_it_rejoin(
+    log: Log, protocol: str
+) -> None:
+    """A connector created while the leader takes its fencing epoch is not in the
+    assignment it is about to start: starting it would leave the new connector to no one."""
+    core = coop_core(log) if protocol == "sessioned" else core_at(log)
+    gen = Generation(1, "me", "me", protocol, ("me",))
+    core.assigned(gen, assignment(log))
+    assert kinds(core.ready())[-1] == "TakeLeaderEpoch"
+    log.connector("new")
+    core.configs_read(log.state.snapshot())
+    core.leader_epoch_taken(gen, 3)
+    effects = core.ready()
+    assert "Rejoin" in kinds(effects)
+    assert "StartConnector" not in kinds(effects)

@@ -57,6 +57,8 @@ from herder.dataplane.transforms.chain import (
 )
 from herder.dataplane.writer import SegmentWriter
 from herder.errors import Fenced, RetriableError
+from herder.runtime.core.protocol import ConnectorTaskId
+from herder.runtime.task_metrics import TaskMetrics
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -137,6 +139,10 @@ class RecordPipeline:
         self.pool = pool if pool is not None else self.name
         self._cached: list[DataFrame] = []
         self._dead_letter_writer: tuple[SegmentWriter, list[Any]] | None = None
+        #: where failed records, retries and dead letters are counted (the task's metrics)
+        self.metrics = TaskMetrics(ConnectorTaskId(connector, task), "")
+        #: records of the latest batch that failed and were skipped or sent to the DLQ
+        self.failed_in_last_batch = 0
 
     # -- retries ------------------------------------------------------------------------
 
@@ -148,7 +154,9 @@ class RecordPipeline:
         ``errors.tolerance=all`` this poll counts as empty.
         """
         try:
-            return await self.errors.retry(poll, f"poll of source task {self.name}")
+            return await self.errors.retry(
+                poll, f"poll of source task {self.name}", lambda: self.metrics.retried()
+            )
         except RetriableError as exc:
             if not self.errors.tolerate_all:
                 raise
@@ -166,6 +174,7 @@ class RecordPipeline:
             topic = batch.topic
         else:
             data, topic = batch, None
+        self.failed_in_last_batch = 0
         if not self.chain:
             return data, topic
         self._release()
@@ -219,14 +228,21 @@ class RecordPipeline:
 
     async def before_put(self, df: DataFrame) -> DataFrame:
         """The records to ``put``: transformed, without the failed ones (which are handled)."""
+        self.failed_in_last_batch = 0
         if not self.chain:
             return df
         self._release()
         good, dead = await self.spark.run(self._sink_job, df, pool=self.pool)
         if dead is not None:
-            written = await self.errors.retry(
-                lambda: self._write_dead_letters(dead), f"dead letters of task {self.name}"
-            )
+            try:
+                written = await self.errors.retry(
+                    lambda: self._write_dead_letters(dead),
+                    f"dead letters of task {self.name}",
+                    lambda: self.metrics.retried(),
+                )
+            except Exception:
+                self.metrics.dead_letters_failed()
+                raise
             if written:
                 log.info(
                     "sink task %s: %d failed records written to %s",
@@ -287,9 +303,9 @@ class RecordPipeline:
             return out, None
         errors = self.errors
         check = not errors.tolerate_all or errors.log_failures
-        if check or errors.dead_letters:
-            out = out.persist()
-            self._cached.append(out)
+        # kept for the count of failed records too (task-error-metrics)
+        out = out.persist()
+        self._cached.append(out)
         failing = out.where(F.col(ERROR).isNotNull())
         found = True
         if check:
@@ -298,6 +314,15 @@ class RecordPipeline:
                 raise task_failure(self.name, failures[0])
             report(self.name, errors, failures)
             found = bool(failures)
+        failed = failing.count() if found else 0
+        self.failed_in_last_batch = failed
+        self.metrics.record_errors_seen(
+            failed,
+            skipped=True,
+            logged=errors.log_failures,
+            dead_letters=errors.dead_letters and failed > 0,
+        )
+        found = failed > 0
         good = out.where(F.col(ERROR).isNull())
         if not (errors.dead_letters and found):
             return good, None

@@ -19,6 +19,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -53,6 +54,11 @@ class GroupCommitter:
         self._exclusive: asyncio.Lock | None = None
         #: fsync rounds run so far (each covers every record appended before it started)
         self.syncs = 0
+        #: an fsync slower than this is logged and counted (ZooKeeper's
+        #: ``fsync.warningthresholdms``)
+        self.fsync_warning_ms = 1000
+        #: fsyncs that took longer than ``fsync_warning_ms``
+        self.fsync_threshold_exceeded = 0
 
     def append(self, zxid: int, payload: bytes) -> asyncio.Future[int]:
         """Append now; the returned future resolves (to the durable zxid) once synced.
@@ -98,8 +104,19 @@ class GroupCommitter:
                 # checked and left without an await in between: no append is stranded
                 if self._log.last_zxid <= self._log.durable_zxid:
                     break
+                began = time.monotonic()
                 await asyncio.to_thread(self._log.sync)
                 self.syncs += 1
+                took_ms = (time.monotonic() - began) * 1000
+                if took_ms > self.fsync_warning_ms:
+                    self.fsync_threshold_exceeded += 1
+                    logger.warning(
+                        "fsync of the transaction log took %.0f ms, more than "
+                        "fsync.warningthresholdms=%d: writes wait that long to be acknowledged;"
+                        " put the log (dataLogDir) on a disk of its own",
+                        took_ms,
+                        self.fsync_warning_ms,
+                    )
         except asyncio.CancelledError:
             for _, _, future in self._waiters:
                 future.cancel()

@@ -114,6 +114,8 @@ class Leader:
         self.half_tick = max(1, config.tick_ms // 2)
         self.next_ping = now + self.half_tick
         self._pings = 0
+        #: sizes of the proposals of this leadership: last, smallest, largest (bytes)
+        self.proposal_sizes: tuple[int, int, int] | None = None
         self.snap_throttle = SyncThrottle(config.max_concurrent_snap_syncs)
         self.diff_throttle = SyncThrottle(config.max_concurrent_diff_syncs)
         log.info("server %d: LEADING, discovering a quorum", node.id)
@@ -361,6 +363,18 @@ class Leader:
             if s.phase is SessionPhase.SYNCED:
                 self._send_uptodate(s)
 
+    def learner_counts(self) -> dict[str, int]:
+        """ZooKeeper's ``mntr`` counts of this leader's learners: connected, and in
+        broadcast (``synced``), followers and observers apart."""
+        sessions = list(self.sessions.values())
+        synced = [s for s in sessions if s.phase is SessionPhase.UP_TO_DATE]
+        return {
+            "learners": len(sessions),
+            "followers": sum(1 for s in sessions if not s.observer),
+            "synced_followers": sum(1 for s in synced if not s.observer),
+            "synced_observers": sum(1 for s in synced if s.observer),
+        }
+
     # -- broadcast -------------------------------------------------------------------
 
     def propose(self, payload: bytes) -> int:
@@ -371,6 +385,13 @@ class Leader:
             # ZooKeeper's answer to a rolled-over counter: a new epoch, by a new election
             raise StepDown(f"zxid counter exhausted in epoch {self.epoch}")
         txn = Txn(make_zxid(self.epoch, counter + 1), payload)
+        size = len(payload)
+        sizes = self.proposal_sizes
+        self.proposal_sizes = (
+            (size, size, size)
+            if sizes is None
+            else (size, min(sizes[1], size), max(sizes[2], size))
+        )
         node.log_append(txn)
         for s in self.sessions.values():
             if not s.observer and s.phase >= SessionPhase.SYNCING:

@@ -169,6 +169,11 @@ class Peer:
         return self._role.next_deadline()
 
     @property
+    def leading(self) -> Leader | None:
+        """The leading role while this peer leads (for its metrics), else None."""
+        return self._role if isinstance(self._role, Leader) else None
+
+    @property
     def status(self) -> PeerStatus:
         node = self.node
         role = self._role

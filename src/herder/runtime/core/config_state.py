@@ -26,6 +26,10 @@ Record kinds (key → JSON value), as Kafka Connect's config topic has them:
 ``logger-cluster-<namespace>``
     ``{"level": "DEBUG"}``: set a logger's level on every worker (``PUT
     /admin/loggers/<namespace>?scope=cluster``). Also a command handed back by ``apply``.
+``session-key``
+    ``{"key": "<base64>", "algorithm": "HmacSHA256", "creation-timestamp": ms}``: the key
+    internal requests are signed with under ``connect.protocol=sessioned``
+    (:mod:`herder.runtime.core.session_key`); the latest one counts.
 
 A malformed record is logged and skipped rather than raised: it is already in the log,
 and a reader that stopped on it would never get past it.
@@ -41,6 +45,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from herder.runtime.core.protocol import ConnectorTaskId
+from herder.runtime.core.session_key import SESSION_KEY_RECORD, SessionKey, decode_session_key
 
 __all__ = [
     "ClusterConfigSnapshot",
@@ -194,6 +199,8 @@ class ClusterConfigSnapshot:
     inconsistent: frozenset[str] = frozenset()
     #: where each connector's current task set was committed
     _task_commits: Mapping[str, int] = field(default_factory=dict)
+    #: the latest session key the leader distributed (``sessioned``), None before any
+    session_key: SessionKey | None = None
 
     @property
     def connectors(self) -> frozenset[str]:
@@ -254,6 +261,7 @@ class ConfigState:
         self._staged: dict[str, dict[int, dict[str, str]]] = {}
         self._inconsistent: set[str] = set()
         self._task_commits: dict[str, int] = {}
+        self._session_key: SessionKey | None = None
 
     @property
     def offset(self) -> int:
@@ -288,8 +296,10 @@ class ConfigState:
             self._stage_task_config(key.removeprefix(_TASK), value)
         elif key.startswith(_COMMIT):
             self._commit_tasks(key.removeprefix(_COMMIT), value)
+        elif key == SESSION_KEY_RECORD:
+            if value is not None:
+                self._session_key = decode_session_key(value)
         else:
-            # e.g. Connect's session-key: not ours to act on, and harmless to skip
             log.debug("Ignoring config record with unknown key %r", key)
         return None
 
@@ -361,6 +371,7 @@ class ConfigState:
             _target_states=dict(self._target_states),
             inconsistent=frozenset(self._inconsistent & self._connector_configs.keys()),
             _task_commits=dict(self._task_commits),
+            session_key=self._session_key,
         )
 
 

@@ -11,6 +11,13 @@ stop it. The leader holds it back for ``scheduled.rebalance.max.delay.ms``, so t
 worker that is only restarting gets its work back (it comes back with the same URL) and
 nothing else moves; when the delay runs out the lost work goes to whoever has room.
 Every member is told how much of the delay is left, and rejoins when it has passed.
+While lost work is held back nothing is revoked to balance the load either.
+
+Revoking rebalances in a row are backed off (Connect's KAFKA-12495): when a round would
+revoke work to balance the load and the round before revoked too, it revokes nothing and
+asks everyone to rejoin after 40 ms, then 1.6 s, then 64 s (at most
+``scheduled.rebalance.max.delay.ms``), so workers coming and going one after another do
+not make the group shuffle its work back and forth at every step.
 
 Pure: :meth:`CooperativeAssignor.assign` takes the leader's :class:`Memory` of the
 previous round and returns the new one beside the assignments; the same inputs always
@@ -76,6 +83,12 @@ class Memory:
     members: Mapping[str, tuple[str, Held]] = field(default_factory=dict)
     lost: Mapping[str, Held] = field(default_factory=dict)
     lost_until_ms: int | None = None
+    #: whether the previous round revoked work to balance the load, and how many rounds
+    #: in a row wanted to
+    revoked_in_previous: bool = False
+    successive_revoking: int = 0
+    #: a revoking round backed off: no load-balancing revocation before this time
+    revoke_after_ms: int | None = None
 
 
 class CooperativeAssignor:
@@ -135,17 +148,54 @@ class CooperativeAssignor:
             lost, held_back, lost_until = {}, Held(), None
         to_assign = unheld - held_back
 
-        connectors = _Balance(
-            {m: kept[m].connectors for m in members},
-            {m: returned.get(m, Held()).connectors for m in members},
-            to_assign.connectors,
+        def balance(revoke: bool) -> tuple[_Balance[str], _Balance[ConnectorTaskId]]:
+            return (
+                _Balance(
+                    {m: kept[m].connectors for m in members},
+                    {m: returned.get(m, Held()).connectors for m in members},
+                    to_assign.connectors,
+                    revoke=revoke,
+                ),
+                _Balance(
+                    {m: kept[m].tasks for m in members},
+                    {m: returned.get(m, Held()).tasks for m in members},
+                    to_assign.tasks,
+                    revoke=revoke,
+                ),
+            )
+
+        revoked_before = memory.revoked_in_previous
+        successive = memory.successive_revoking
+        revoke_after = memory.revoke_after_ms
+        if revoke_after is not None and now_ms >= revoke_after:
+            # the backoff has passed: the next revoking round may revoke
+            revoke_after, revoked_before = None, False
+        holding_back = lost_until is not None or revoke_after is not None
+        connectors, tasks = balance(revoke=not holding_back)
+        balancing = connectors.revokes or tasks.revokes
+        revoked_now = False
+        if holding_back or not balancing:
+            successive = 0
+        elif revoked_before:
+            successive += 1
+            backoff = self._backoff(successive)
+            if backoff > 0:
+                log.info(
+                    "Leader %s: revoking rebalances in a row; revoking nothing to balance the "
+                    "load for %d ms",
+                    leader_id,
+                    backoff,
+                )
+                revoke_after = now_ms + backoff
+                connectors, tasks = balance(revoke=False)
+            else:
+                revoked_now = True
+        else:
+            revoked_now = True
+        delay = min(
+            (d - now_ms for d in (lost_until, revoke_after) if d is not None and d > now_ms),
+            default=0,
         )
-        tasks = _Balance(
-            {m: kept[m].tasks for m in members},
-            {m: returned.get(m, Held()).tasks for m in members},
-            to_assign.tasks,
-        )
-        delay = 0 if lost_until is None else max(lost_until - now_ms, 0)
         result: dict[str, Assignment] = {}
         remembered: dict[str, tuple[str, Held]] = {}
         for member in members:
@@ -165,7 +215,21 @@ class CooperativeAssignor:
                 revoked_tasks=tuple(sorted(gone.tasks)),
                 delay=delay,
             )
-        return result, Memory(remembered, lost, lost_until)
+        return result, Memory(
+            remembered,
+            lost,
+            lost_until,
+            revoked_in_previous=revoked_now,
+            successive_revoking=successive,
+            revoke_after_ms=revoke_after,
+        )
+
+    def _backoff(self, successive: int) -> int:
+        """How long the ``successive``-th revoking round in a row waits (Connect's
+        exponential backoff: 40 ms, 1.6 s, 64 s, ..., at most the scheduled delay)."""
+        if self.max_delay_ms <= 0:
+            return 0
+        return int(min(self.max_delay_ms, 40 ** min(successive, 8)))
 
     def _lost(
         self, members: Mapping[str, WorkerMetadata], memory: Memory, unheld: Held, now_ms: int
@@ -199,7 +263,11 @@ class _Balance(Generic[_Item]):
         kept: Mapping[str, frozenset[_Item]],
         returned: Mapping[str, frozenset[_Item]],
         unheld: frozenset[_Item],
+        *,
+        revoke: bool = True,
     ) -> None:
+        """``revoke``: take what a member holds beyond its share from it; otherwise
+        every member keeps all it holds and only what nobody holds is spread."""
         members = sorted(kept)
         total = sum(len(kept[m]) for m in members) + len(unheld)
         share, extra = divmod(total, len(members))
@@ -210,14 +278,19 @@ class _Balance(Generic[_Item]):
         self.final: dict[str, list[_Item]] = {}
         for m in members:
             ordered = sorted(kept[m])
-            self.revoked[m] = ordered[target[m] :]
-            self.final[m] = ordered[: target[m]]
+            share = target[m] if revoke else len(ordered)
+            self.revoked[m] = ordered[share:]
+            self.final[m] = ordered[:share]
         preferred = {item: m for m in members for item in returned[m]}
         for item in sorted(unheld):
             owner = preferred.get(item)
             if owner is None or len(self.final[owner]) >= target[owner]:
                 owner = min(members, key=lambda m: (len(self.final[m]) - target[m], m))
             self.final[owner].append(item)
+
+    @property
+    def revokes(self) -> bool:
+        return any(self.revoked.values())
 
 
 def _configured(snapshot: ClusterConfigSnapshot) -> Held:

@@ -162,6 +162,26 @@ class ForwardTaskConfigs:
     leader_url: str | None
 
 
+@dataclass(frozen=True)
+class DistributeSessionKey:
+    """Leader under ``sessioned``: write a new random session key, made at ``created_ms``
+    (wall clock), to the config log under the leader's fencing; then
+    ``session_key_written(ok)``."""
+
+    generation: Generation
+    created_ms: int
+
+
+@dataclass(frozen=True)
+class PublishUnassigned:
+    """Cooperative leader: publish UNASSIGNED for the work of departed workers it holds
+    back, each naming the worker it waits for (``(work, worker id)`` pairs), under
+    ``generation`` — so its status no longer says RUNNING on a worker that is gone."""
+
+    work: tuple[tuple[str | ConnectorTaskId, str], ...]
+    generation: Generation
+
+
 Effect = (
     StopAll
     | FinishRevocation
@@ -181,4 +201,6 @@ Effect = (
     | GenerateTaskConfigs
     | WriteTaskConfigs
     | ForwardTaskConfigs
+    | DistributeSessionKey
+    | PublishUnassigned
 )

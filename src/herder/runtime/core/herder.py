@@ -25,6 +25,13 @@ in which the leader hands that work on; whatever else it lists that is not runni
 yet starts once the worker has caught up, and what runs already goes on, brought up to
 date with any config change it missed. An assignment with a ``delay`` (the leader holds
 a departed worker's work back) makes the worker rejoin when the delay has passed.
+
+**Signed internal requests** (``sessioned``, KIP-507). The leader of a ``sessioned``
+generation distributes a session key through the config log when there is none, when
+it has outlived ``inter.worker.key.ttl.ms``, or when it was made under another algorithm
+(:class:`~herder.runtime.core.session_key.KeyPolicy`); while the group speaks
+``sessioned``, internal requests are signed with it and checked against it
+(:meth:`HerderCore.check_internal_request`).
 """
 
 from __future__ import annotations
@@ -49,12 +56,14 @@ from herder.runtime.core.cooperative import DEFAULT_MAX_DELAY_MS, CooperativeAss
 from herder.runtime.core.effects import (
     BeginGeneration,
     Destroy,
+    DistributeSessionKey,
     Effect,
     FinishRevocation,
     ForwardTaskConfigs,
     GenerateTaskConfigs,
     LeaveAndBackOff,
     PublishRestarting,
+    PublishUnassigned,
     ReadToEnd,
     Rejoin,
     SetConnectorTarget,
@@ -79,6 +88,7 @@ from herder.runtime.core.protocol import (
 )
 from herder.runtime.core.restart import RestartPlan, more_impactful
 from herder.runtime.core.rules import AfterRebalance, ReconfigurationSchedule, after_rebalance
+from herder.runtime.core.session_key import KeyPolicy, check_signature
 from herder.runtime.core.status import StatusView
 
 log = logging.getLogger(__name__)
@@ -114,10 +124,23 @@ class HerderCore:
         unsync_backoff_ms: int,
         protocol: ConnectProtocol = ConnectProtocol.EAGER,
         max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+        key_policy: KeyPolicy | None = None,
     ) -> None:
         self.worker_id = worker_id
         #: the newest protocol this worker offers (``connect.protocol``)
         self.protocol = protocol
+        #: the protocol of the group's latest generation (before any: this worker's own),
+        #: which decides whether internal requests are signed, as Connect's
+        #: ``currentProtocolVersion`` does
+        self.group_protocol: str = protocol.value
+        #: ``inter.worker.key.*`` and the signature algorithms
+        self.key_policy = key_policy or KeyPolicy()
+        #: leader: the creation time of the session key being written (or written and not
+        #: yet read back), and when to try again after a write failed
+        self._key_writing_ms: int | None = None
+        self._key_retry_at_ms: int | None = None
+        #: the wall clock less ``now_ms``, as of the last tick
+        self._wall_skew_ms = 0
         #: ``scheduled.rebalance.max.delay.ms``: how long a leader holds lost work back
         self.max_delay_ms = max_delay_ms
         self.url = url
@@ -259,6 +282,7 @@ class HerderCore:
     def assigned(self, generation: Generation, assignment: Assignment) -> None:
         """A rebalance completed with ``assignment`` for this worker."""
         self.member_generation = generation
+        self.group_protocol = generation.protocol
         if not generation.is_leader:
             self._memory = Memory()
         cooperative = generation.protocol in COOPERATIVE_PROTOCOLS
@@ -385,7 +409,10 @@ class HerderCore:
             generation.generation_id,
             epoch,
         )
-        self._start(generation, handling.assignment)
+        # configs read while the epoch was taken may be ones the assignment did not
+        # account for (a connector created meanwhile): then rejoin rather than start
+        decision = after_rebalance(handling.assignment, self.snapshot.offset)
+        self._proceed(generation, handling.assignment, decision)
 
     def leader_epoch_failed(self, generation: Generation, error: Exception) -> None:
         handling = self._handling
@@ -413,6 +440,8 @@ class HerderCore:
         self.assignment = assignment
         snapshot = self.snapshot
         self._emit(BeginGeneration(generation))
+        if generation.is_leader and self._memory.lost:
+            self._emit(PublishUnassigned(self._held_back(), generation))
         # work kept from an earlier generation catches up with the configs it missed
         if self._instances or self._tasks:
             self._apply_config_change(rejoin=False)
@@ -432,6 +461,16 @@ class HerderCore:
             len(assignment.tasks),
             assignment.leader_url,
         )
+
+    def _held_back(self) -> tuple[tuple[str | ConnectorTaskId, str], ...]:
+        """The lost work this leader holds back, each with the id of the worker it
+        waits for (its advertised host:port, from its URL)."""
+        work: list[tuple[str | ConnectorTaskId, str]] = []
+        for url, held in sorted(self._memory.lost.items()):
+            worker_id = url.split("://", 1)[-1]
+            work.extend((name, worker_id) for name in sorted(held.connectors))
+            work.extend((task_id, worker_id) for task_id in sorted(held.tasks))
+        return tuple(work)
 
     def _start_connector(
         self, name: str, config: dict[str, str], snapshot: ClusterConfigSnapshot
@@ -497,8 +536,12 @@ class HerderCore:
 
     # -- the herder's step ----------------------------------------------------------------
 
-    def tick(self, now_ms: int) -> None:
-        """Do what is due: apply config changes, restarts, task reconfigurations."""
+    def tick(self, now_ms: int, wall_ms: int | None = None) -> None:
+        """Do what is due: apply config changes, restarts, task reconfigurations, a new
+        session key. ``wall_ms`` is the wall clock (session keys carry it, for every
+        worker to read); ``now_ms`` the clock everything else is timed by, which may be
+        a monotonic one."""
+        self._wall_skew_ms = 0 if wall_ms is None else wall_ms - now_ms
         if self._config_dirty and self.assignment is not None:
             self._config_dirty = False
             self._apply_config_change()
@@ -517,10 +560,74 @@ class HerderCore:
             )
             self._rejoin_at_ms = None
             self._emit(Rejoin())
+        self._distribute_session_key_if_due(now_ms)
 
     def next_due_ms(self) -> int | None:
-        due = [d for d in (self.reconfigure.next_due_ms(), self._rejoin_at_ms) if d is not None]
+        due = [
+            d
+            for d in (self.reconfigure.next_due_ms(), self._rejoin_at_ms, self._key_due_ms())
+            if d is not None
+        ]
         return min(due, default=None)
+
+    # -- session keys (sessioned) ---------------------------------------------------------
+
+    @property
+    def signs_requests(self) -> bool:
+        """Whether internal requests are signed and checked: the group speaks sessioned."""
+        return self.group_protocol == ConnectProtocol.SESSIONED
+
+    def _distributes_keys(self) -> bool:
+        generation = self.generation
+        return (
+            self.is_leader
+            and generation is not None
+            and generation.protocol == ConnectProtocol.SESSIONED
+            and self._holds_epoch_for(generation)
+        )
+
+    def _key_due_ms(self) -> int | None:
+        if not self._distributes_keys() or self._key_writing_ms is not None:
+            return None
+        if self._key_retry_at_ms is not None:
+            return self._key_retry_at_ms
+        key = self.snapshot.session_key
+        expires = None if key is None else self.key_policy.expires_ms(key)
+        return None if expires is None else expires - self._wall_skew_ms
+
+    def _distribute_session_key_if_due(self, now_ms: int) -> None:
+        wall_ms = now_ms + self._wall_skew_ms
+        key = self.snapshot.session_key
+        writing = self._key_writing_ms
+        if writing is not None and key is not None and key.created_ms >= writing:
+            self._key_writing_ms = None  # the key written has been read back
+        if not self._distributes_keys() or self._key_writing_ms is not None:
+            return
+        if self._key_retry_at_ms is not None:
+            if now_ms < self._key_retry_at_ms:
+                return
+            self._key_retry_at_ms = None
+        if not self.key_policy.needs_new_key(key, wall_ms):
+            return
+        assert self.generation is not None
+        self._key_writing_ms = wall_ms
+        log.debug("worker %s: distributing a new session key", self.worker_id)
+        self._emit(DistributeSessionKey(self.generation, wall_ms))
+
+    def session_key_written(self, ok: bool, now_ms: int, retry_ms: int = 1_000) -> None:
+        """The DistributeSessionKey asked for is done; if it failed, try again after
+        ``retry_ms`` (a fenced write has made the worker rejoin meanwhile)."""
+        if not ok:
+            self._key_writing_ms = None
+            self._key_retry_at_ms = now_ms + retry_ms
+
+    def check_internal_request(self, headers: Mapping[str, str], body: bytes) -> None:
+        """Refuse an internal request that is not signed with the current session key,
+        while the group speaks ``sessioned``; anything goes under the other protocols."""
+        if self.signs_requests:
+            check_signature(
+                headers, body, self.snapshot.session_key, self.key_policy.verification_algorithms
+            )
 
     def _apply_config_change(self, *, rejoin: bool = True) -> None:
         """Bring the work running here up to the config log. ``rejoin``: rebalance if

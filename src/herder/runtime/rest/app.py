@@ -15,11 +15,14 @@ from herder import __version__
 from herder.errors import ConfigError, HerderError
 from herder.runtime.rest.admin_loggers import admin_loggers_routes
 from herder.runtime.rest.admin_metrics import admin_metrics_routes
+from herder.runtime.rest.cluster import cluster_routes
 from herder.runtime.rest.connector_plugins import connector_plugins_routes
 from herder.runtime.rest.connectors import connectors_routes
+from herder.runtime.rest.console import console_routes
 from herder.runtime.rest.errors import bad_request_body, herder_error
 from herder.runtime.rest.internal import internal_routes
 from herder.runtime.rest.offsets import offsets_routes
+from herder.runtime.rest.prometheus import metrics_routes
 from herder.runtime.rest.responses import JsonReply
 from herder.runtime.rest.root import root_routes
 from herder.runtime.rest.routing import RequestRouter
@@ -109,4 +112,7 @@ def build_app(herder: DistributedHerder) -> FastAPI:
     app.include_router(connector_plugins_routes(herder))
     app.include_router(admin_loggers_routes(herder, router))
     app.include_router(admin_metrics_routes(herder))
+    app.include_router(metrics_routes(herder))
+    app.include_router(cluster_routes(herder, router.http))
+    app.include_router(console_routes())
     return app

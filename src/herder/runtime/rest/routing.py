@@ -30,6 +30,7 @@ from fastapi.responses import Response
 
 from herder.errors import HerderError, RebalanceInProgress
 from herder.runtime.core.admission import WrongWorker
+from herder.runtime.core.session_key import SIGNATURE_ALGORITHM_HEADER, SIGNATURE_HEADER
 from herder.runtime.rest.errors import Conflict
 from herder.runtime.rest.responses import JsonReply
 from herder.runtime.shell.herder import DistributedHerder
@@ -62,6 +63,17 @@ def _forward_flag(request: Request) -> bool | None:
     if raw is None:
         return None
     return raw.strip().lower() != "false"
+
+
+def _forwarded_headers(request: Request) -> dict[str, str]:
+    """What a forwarded request carries on: its body's type and, for an internal request,
+    its signature (the next worker checks it again)."""
+    headers = {"content-type": "application/json"}
+    for name in (SIGNATURE_HEADER, SIGNATURE_ALGORITHM_HEADER):
+        value = request.headers.get(name)
+        if value is not None:
+            headers[name] = value
+    return headers
 
 
 class RequestRouter:
@@ -149,7 +161,7 @@ class RequestRouter:
                 url,
                 params=params,
                 content=await request.body(),
-                headers={"content-type": "application/json"},
+                headers=_forwarded_headers(request),
             )
         except httpx.ConnectError as exc:
             log.info("could not reach %s to forward a request (%s); retrying", target, exc)

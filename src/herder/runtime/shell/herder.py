@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -37,6 +39,7 @@ from herder.runtime.core.herder import HerderCore
 from herder.runtime.core.member import Generation
 from herder.runtime.core.protocol import (
     COOPERATIVE_PROTOCOLS,
+    ConnectorTaskId,
     decode_assignment,
     decode_metadata,
     encode_assignment,
@@ -44,6 +47,8 @@ from herder.runtime.core.protocol import (
 )
 from herder.runtime.core.rebalance_metrics import RebalanceMetrics
 from herder.runtime.core.rules import RequestQueue
+from herder.runtime.core.session_key import SessionKey, session_key_record, signature_headers
+from herder.runtime.core.status import ConnectorStatus, State, TaskStatus
 from herder.runtime.group_failure import out_of_group
 from herder.runtime.loggers import Loggers
 from herder.runtime.plugins import Plugins
@@ -63,6 +68,10 @@ _Request = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any]"]
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class DistributedHerder(HerderRequests):
@@ -117,6 +126,7 @@ class DistributedHerder(HerderRequests):
             unsync_backoff_ms=config.worker_unsync_backoff_ms,
             protocol=parse_connect_protocol(config.connect_protocol),
             max_delay_ms=config.scheduled_rebalance_max_delay_ms,
+            key_policy=config.key_policy,
         )
         self._member_factory = member_factory
         #: Connect's connect-worker-rebalance-metrics of this worker
@@ -199,6 +209,9 @@ class DistributedHerder(HerderRequests):
             on_assigned=self._on_assigned,
             on_revoked=self._on_revoked,
             on_failed=self._member_failed,
+            # every join is a rebalance of this worker's, cooperative ones included,
+            # which revoke nothing before they join
+            on_joining=lambda: self.rebalance_metrics.started(_now_ms()),
             cooperative_protocols=COOPERATIVE_PROTOCOLS,
             session_timeout_ms=self.config.session_timeout_ms,
             rebalance_timeout_ms=self.config.rebalance_timeout_ms,
@@ -216,7 +229,6 @@ class DistributedHerder(HerderRequests):
                 self.config.group_instance_id,
                 self.config.session_timeout_ms,
             )
-        self.rebalance_metrics.started(_now_ms())  # the first join is a rebalance too
         await self.member.start()
         self._loop_task = asyncio.create_task(self._run(), name=f"herder-{self.worker_id}")
         # the tasks use this worker's session, coordinator connections and offsets, and
@@ -348,7 +360,7 @@ class DistributedHerder(HerderRequests):
 
     async def _step(self) -> None:
         await self._carry_out()
-        self.core.tick(_now_ms())
+        self.core.tick(_now_ms(), _wall_ms())
         await self._carry_out()
         while (request := self._requests.pop_due(_now_ms())) is not None:
             action, future = request
@@ -468,6 +480,40 @@ class DistributedHerder(HerderRequests):
                 await self._publish_task_configs(ticket, configs, forward_to=None)
             case fx.ForwardTaskConfigs(ticket=ticket, configs=configs, leader_url=url):
                 self._in_background(self._publish_task_configs(ticket, configs, forward_to=url))
+            case fx.DistributeSessionKey(created_ms=created_ms):
+                await self._distribute_session_key(created_ms)
+            case fx.PublishUnassigned(work=work, generation=generation):
+                self._in_background(self._publish_unassigned(work, generation.generation_id))
+
+    async def _publish_unassigned(
+        self, work: tuple[tuple[str | ConnectorTaskId, str], ...], generation: int
+    ) -> None:
+        view = self.statuses.view
+        for what, worker_id in work:
+            status: ConnectorStatus | TaskStatus = (
+                ConnectorStatus(what, State.UNASSIGNED, worker_id, generation)
+                if isinstance(what, str)
+                else TaskStatus(what, State.UNASSIGNED, worker_id, generation)
+            )
+            current = view.get(status)
+            if current is None or current.state is not State.UNASSIGNED:
+                await self.statuses.put(status)
+
+    async def _distribute_session_key(self, created_ms: int) -> None:
+        policy = self.config.key_policy
+        key = SessionKey(secrets.token_bytes(policy.key_bytes), policy.key_algorithm, created_ms)
+        try:
+            with self._doing("writing a new session key to the config log"):
+                await self._write_configs([session_key_record(key)])
+        except HerderError as exc:
+            log.info("worker %s: could not write a new session key (%s)", self.worker_id, exc)
+            self.core.session_key_written(False, _now_ms())
+        else:
+            log.info(
+                "worker %s: wrote a new session key for signing internal requests",
+                self.worker_id,
+            )
+            self.core.session_key_written(True, _now_ms())
 
     def _finish_revocations(self) -> None:
         revocations, self._revocations = self._revocations, []
@@ -563,7 +609,15 @@ class DistributedHerder(HerderRequests):
     ) -> None:
         if not url:
             raise RebalanceInProgress("no leader known to send task configs to")
-        response = await self._http.post(f"{url}/connectors/{name}/tasks", json=configs)
+        body = json.dumps(configs).encode()
+        headers = {"content-type": "application/json"}
+        if self.core.signs_requests:
+            headers |= signature_headers(
+                self.core.snapshot.session_key, self.config.key_policy.signature_algorithm, body
+            )
+        response = await self._http.post(
+            f"{url}/connectors/{name}/tasks", content=body, headers=headers
+        )
         if response.status_code >= 400:
             raise HerderError(f"leader refused task configs for {name}: {response.text}")
 

@@ -96,6 +96,7 @@ class GroupMember:
         on_revoked: Callable[[], Awaitable[None]] | None = None,
         on_heartbeat_error: Callable[[str], None] | None = None,
         on_failed: Callable[[HerderError], None] | None = None,
+        on_joining: Callable[[], None] | None = None,
         session_timeout_ms: int = 10_000,
         rebalance_timeout_ms: int = 60_000,
         heartbeat_interval_ms: int = 3_000,
@@ -113,6 +114,9 @@ class GroupMember:
         self.on_revoked = on_revoked
         self.on_heartbeat_error = on_heartbeat_error
         self.on_failed = on_failed
+        #: told each time the member sends a JoinGroup (a rebalance of its own begins,
+        #: whether or not it revokes anything first)
+        self.on_joining = on_joining
         self.request_timeout_ms = request_timeout_ms
         self._machine = MemberMachine(
             group_id,
@@ -289,6 +293,8 @@ class GroupMember:
     async def _execute(self, effects: list[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, SendJoin):
+                if self.on_joining is not None:
+                    self.on_joining()
                 self._send(
                     effect.token, apis.JOIN_GROUP, effect.request, self._machine.join_answered
                 )

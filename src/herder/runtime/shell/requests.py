@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from herder.connect import ConnectorType
@@ -257,6 +257,11 @@ class HerderRequests(ABC):
             log.info("connector %s: stopped, task configs emptied", name)
 
         await self.submit(action)
+
+    def check_internal_request(self, headers: Mapping[str, str], body: bytes) -> None:
+        """Refuse an internal request not signed with the session key while the group
+        speaks ``sessioned`` (400, 403 or 503 in Connect's words)."""
+        self.core.check_internal_request(headers, body)
 
     async def put_task_configs(self, name: str, configs: list[dict[str, str]]) -> None:
         async def action() -> None:
