@@ -159,6 +159,23 @@ def test_upsert_and_delete_by_record_key(
     assert primary == [("id",)]
 
 
+def test_kafka_coordinates_as_the_primary_key(
+    spark: SparkRuntime, postgres: PostgresServer, database: str
+) -> None:
+    settings = config(database, insert_mode="upsert", pk_mode="kafka", auto_create="true")
+    task, _ = sink_task(settings, [TP])
+    try:
+        put(task, records(spark, [(i, None, order(i)) for i in range(3)]), 3)
+    finally:
+        task.stop()
+    rows = postgres.execute(
+        "SELECT __connect_topic, __connect_partition, __connect_offset, id FROM orders"
+        " ORDER BY __connect_offset",
+        dbname(database),
+    )
+    assert rows == [("orders", 0, 0, 0), ("orders", 0, 1, 1), ("orders", 0, 2, 2)]
+
+
 def test_update_changes_existing_rows_only(
     spark: SparkRuntime, postgres: PostgresServer, database: str
 ) -> None:
