@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SEEDS ?= 2000
 
-.PHONY: quickstart test lint sim soak bench clean
+.PHONY: quickstart test lint sim soak bench clean postgresql
+
+# root installs packages itself; anyone else through sudo
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +19,13 @@ $(STAMP): pyproject.toml
 quickstart: $(STAMP)
 	$(BIN)/herder quickstart
 
-test: $(STAMP)
+# the JDBC tests start throwaway servers from Debian's postgresql package
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+		{ $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+		  $(SUDO) apt-get install -y -q --no-install-recommends postgresql; }
+
+test: $(STAMP) postgresql
 	.ci/chromium
 	$(BIN)/python -m pytest -m "not slow" -q
 
@@ -29,7 +38,7 @@ lint: $(STAMP)
 sim: $(STAMP)
 	HERDER_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim -q
 
-soak: $(STAMP)
+soak: $(STAMP) postgresql
 	$(BIN)/python -m pytest -m slow -q
 
 clean:

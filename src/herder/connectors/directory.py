@@ -6,10 +6,11 @@ files make the batch and returns a :class:`~herder.connect.SourceBatch` of them,
 one source offset per file (``{"directory": d, "file": name}`` → its size and
 modification time), committed with the records in the batch's one transaction. Each
 row becomes a record whose value is the row as a JSON object (Connect's JSON converter
-without schemas). A file is read once: files are expected to arrive whole (written
-elsewhere and moved in, or written under a name starting with ``.`` or ``_``, which
-are skipped, and renamed when done); a file that changes after it was read is not read
-again.
+without schemas) or, with ``value.converter.schemas.enable=true``, a typed record that
+keeps the file's column types (:mod:`herder.dataplane.schemas`). A file is read once:
+files are expected to arrive whole (written elsewhere and moved in, or written under a
+name starting with ``.`` or ``_``, which are skipped, and renamed when done); a file
+that changes after it was read is not read again.
 
 **DirectorySink** writes each batch it is given with Spark, as Parquet, CSV, JSON lines
 or text, in files named ``<topic>+<partition>+<base offset, 20 digits>.<format>``, each
@@ -29,7 +30,10 @@ offset on (written but never committed; they will come again).
 For text, a record's value is the line; for JSON, the value (a JSON document) is written
 as it is, or parsed with ``schema``; for Parquet and CSV, values are JSON objects parsed
 with ``schema`` or, without one, with the schema Spark infers from the batch (which
-costs one more pass over it, and orders columns by name). CSV is read and written as
+costs one more pass over it, and orders columns by name). With
+``value.converter.schemas.enable=true`` values are typed records, written with the
+types their schemas give (Parquet, CSV, JSON), a batch whose records' schemas differ
+with every field of them all. CSV is read and written as
 RFC 4180 has it: a quote inside a quoted field is doubled.
 
 The sink's directory must be on a local (or mounted) filesystem, where a rename
@@ -89,6 +93,7 @@ CSV_HEADER = "csv.header"
 FILE_PATTERN = "file.pattern"
 BATCH_MAX_FILES = "batch.max.files"
 POLL_INTERVAL_MS = "poll.interval.ms"
+SCHEMAS_ENABLE = "value.converter.schemas.enable"
 
 SOURCE_FORMATS = ("parquet", "csv", "json")
 SINK_FORMATS = ("parquet", "csv", "json", "text")
@@ -137,6 +142,9 @@ class DirectorySourceConnector(SourceConnector):
             .define(POLL_INTERVAL_MS, Type.INT, default=1000, validator=Range.at_least(1),
                     importance=Importance.LOW,
                     documentation="How long a poll waits for new files.")
+            .define(SCHEMAS_ENABLE, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
+                    documentation="Write typed records (JsonConverter's envelope of schema"
+                    " and payload) that keep the files' column types.")
         )  # fmt: skip
 
     def start(self, config: dict[str, str]) -> None:
@@ -190,6 +198,7 @@ class DirectorySourceTask(SourceTask):
         self.pattern: str = settings[FILE_PATTERN]
         self.max_files: int = settings[BATCH_MAX_FILES]
         self.poll_interval = settings[POLL_INTERVAL_MS] / 1000
+        self.typed: bool = settings[SCHEMAS_ENABLE]
         self.listing = _Listing(self.directory)
         #: files read (committed, or returned in a batch since this task started)
         self.read: set[str] = set()
@@ -243,8 +252,13 @@ class DirectorySourceTask(SourceTask):
         if self.format == "csv":
             reader = reader.option("header", str(self.csv_header).lower()).option("escape", '"')
         rows = reader.load([self.listing.spark_path(i.base_name) for i in chosen])
-        row = F.struct(*[F.col(f"`{c}`") for c in rows.columns])
-        data = rows.select(F.to_json(row).alias("value"))
+        if self.typed:
+            from herder.dataplane.schemas import encode_rows
+
+            data = rows.select(encode_rows(rows).alias("value"))
+        else:
+            row = F.struct(*[F.col(f"`{c}`") for c in rows.columns])
+            data = rows.select(F.to_json(row).alias("value"))
         offsets = [
             (self._partition(i.base_name), {"size": i.size, "modified_ns": i.mtime_ns})
             for i in chosen
@@ -283,6 +297,9 @@ class DirectorySinkConnector(SinkConnector):
                     " (parquet, csv) or write values as they are (json).")
             .define(CSV_HEADER, Type.BOOLEAN, default=True, importance=Importance.LOW,
                     documentation="Whether each CSV file starts with a line of column names.")
+            .define(SCHEMAS_ENABLE, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
+                    documentation="Values are typed records (JsonConverter's envelope):"
+                    " write them with the types of their schemas.")
         )  # fmt: skip
 
     def start(self, config: dict[str, str]) -> None:
@@ -335,6 +352,7 @@ class DirectorySinkTask(SinkTask):
         self.format: str = settings[FORMAT]
         self.schema: str = settings[SCHEMA]
         self.csv_header: bool = settings[CSV_HEADER]
+        self.typed: bool = settings[SCHEMAS_ENABLE]
         created = []
         folder = self.directory
         while not os.path.isdir(folder):
@@ -494,7 +512,9 @@ class DirectorySinkTask(SinkTask):
     @property
     def _lines(self) -> bool:
         """Whether values are written as they are, a line each (text, and JSON as given)."""
-        return self.format == "text" or (self.format == "json" and not self.schema)
+        return self.format == "text" or (
+            self.format == "json" and not self.schema and not self.typed
+        )
 
     def _rows(self, df: DataFrame, *, located: bool) -> DataFrame:
         """``df`` as the columns to write, with ``topic``, ``partition`` and ``offset`` if
@@ -507,6 +527,15 @@ class DirectorySinkTask(SinkTask):
             return df.select(*where, value)
         if self.format == "json" and not self.schema:
             return df.where(F.col("value").isNotNull()).select(*where, value)
+        if self.typed:
+            from herder.dataplane.schemas import distinct_schemas, merged_struct, with_decoded
+
+            present = df.where(F.col("value").isNotNull())
+            schemas = distinct_schemas(present)
+            if not schemas:
+                return present.select(*where)
+            typed = with_decoded(present, {"_row": ("value", merged_struct(schemas))})
+            return typed.select(*where, "_row.*")
         values = df.where(F.col("value").isNotNull()).select(*where, value)
         schema: Any = self.schema
         if not schema:

@@ -168,13 +168,26 @@ def _build(settings: Mapping[str, Any]) -> tuple[list[Step], list[str]]:
 
 def validate_transforms(settings: Mapping[str, Any]) -> list[str]:
     """Every problem with the transforms, predicates and converters of a connector config."""
-    _, problems = _build(settings)
+    steps, problems = _build(settings)
+    parsed = _parsed(steps)
     for part in (KEY, VALUE):
         try:
-            Converter.from_settings(part, settings)
+            converter = Converter.from_settings(part, settings)
+            if part in parsed:
+                converter.check_parsed()
         except (ConfigError, NotSupported) as exc:
             problems.append(str(exc))
     return problems
+
+
+def _parsed(steps: Sequence[Step]) -> frozenset[str]:
+    """The parts of a record some step of a chain looks inside."""
+    parsed: set[str] = set()
+    for step in steps:
+        parsed |= step.transform.reads
+        if step.predicate is not None:
+            parsed |= step.predicate.reads
+    return frozenset(parsed)
 
 
 class TransformChain:
@@ -183,12 +196,9 @@ class TransformChain:
     def __init__(self, steps: Sequence[Step], key: Converter, value: Converter) -> None:
         self.steps = list(steps)
         self.converters = {KEY: key, VALUE: value}
-        parsed: set[str] = set()
-        for step in self.steps:
-            parsed |= step.transform.reads
-            if step.predicate is not None:
-                parsed |= step.predicate.reads
-        self.parsed = frozenset(parsed)
+        self.parsed = _parsed(self.steps)
+        for part in self.parsed:
+            self.converters[part].check_parsed()
         #: whether a record can fail in the chain, and whether one's topic can change in it
         #: (known exactly once it has been applied: what a transform changes is its outcome)
         self.may_fail = True

@@ -5,8 +5,10 @@ the key or the value, that part is converted first, with Connect's converter nam
 (``key.converter`` / ``value.converter`` of the connector config):
 
 * ``org.apache.kafka.connect.json.JsonConverter`` (the default): the bytes are JSON,
-  schemaless (``schemas.enable=true``, Connect's envelope of schema and payload, is not
-  supported); bytes that are not JSON fail the record at stage ``*_CONVERTER``;
+  schemaless; bytes that are not JSON fail the record at stage ``*_CONVERTER``. With
+  ``schemas.enable=true`` the bytes are typed records, Connect's envelope of schema and
+  payload (:mod:`herder.dataplane.schemas`): they pass through a chain untouched, and a
+  transform that would look inside them is refused (not supported yet);
 * ``org.apache.kafka.connect.storage.StringConverter``: the bytes are UTF-8 text, a
   string; a string goes back as its text, anything else as JSON;
 * ``org.apache.kafka.connect.converters.ByteArrayConverter``: the bytes as they are;
@@ -49,18 +51,24 @@ class Converter:
 
     kind: str
     part: str
+    #: JsonConverter's ``schemas.enable``: the part holds typed records (envelopes)
+    schemas: bool = False
 
     @classmethod
     def from_settings(cls, part: str, settings: Mapping[str, Any]) -> Converter:
         setting = f"{part}.converter"
         kind = _resolve(setting, str(settings.get(setting) or JSON).strip())
         schemas = str(settings.get(f"{setting}.schemas.enable", "false")).strip().lower()
-        if kind == JSON and schemas == "true":
+        return cls(kind, part, kind == JSON and schemas == "true")
+
+    def check_parsed(self) -> None:
+        """Refuse to parse typed records for a transform: not supported yet."""
+        if self.schemas:
             raise NotSupported(
-                f"{setting}.schemas.enable=true is not supported: herder's JsonConverter "
-                "reads and writes schemaless JSON; set it to false"
+                f"{self.part}.converter.schemas.enable=true: transforms that look inside"
+                f" typed {self.part}s are not supported yet; set it to false, or use"
+                " transforms that leave the record's contents alone"
             )
-        return cls(kind, part)
 
     @property
     def stage(self) -> str:

@@ -1,0 +1,281 @@
+"""JdbcSink against a real PostgreSQL: insert, upsert, update and delete; tables created
+and evolved from the records' schemas; exactly once through the offsets table, a batch
+delivered again and a zombie's late commit included; bad input refused by name."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from herder.connect import TopicPartition
+from herder.connectors.jdbc import JdbcSinkConnector
+from herder.connectors.jdbc.postgres import DatabaseError
+from herder.dataplane import SparkRuntime
+from tests.connectors.jdbc import credentials, sink_task
+from tests.fixtures.postgres import PostgresServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
+
+TP = TopicPartition("orders", 0)
+VALUE_DDL = "id long, amount decimal(12,2), placed date, updated timestamp_ntz, note string"
+
+
+def dbname(url: str) -> str:
+    return url.rsplit("/", 1)[1]
+
+
+def records(
+    spark: SparkRuntime,
+    items: list[tuple[int, dict[str, Any] | None, dict[str, Any] | None]],
+    value_ddl: str = VALUE_DDL,
+    key_ddl: str = "id long",
+    topic: str = "orders",
+) -> Any:
+    """A sink's DataFrame of typed records: (offset, key, value) each, None for none."""
+    from pyspark.sql import functions as F
+
+    from herder.dataplane.schemas import encode_column
+
+    def struct(ddl: str) -> str:
+        return "struct<" + ",".join(f.replace(" ", ":", 1) for f in ddl.split(", ")) + ">"
+
+    df = spark.session.createDataFrame(
+        items, f"offset long, k {struct(key_ddl)}, v {struct(value_ddl)}"
+    )
+    return df.select(
+        F.lit(topic).alias("topic"),
+        F.lit(0).alias("partition"),
+        F.col("offset"),
+        F.current_timestamp().alias("timestamp"),
+        encode_column(F.col("k"), df.schema["k"].dataType).alias("key"),
+        encode_column(F.col("v"), df.schema["v"].dataType, "orders").alias("value"),
+        F.array().cast("array<struct<key:string,value:binary>>").alias("headers"),
+    )
+
+
+def order(i: int, note: str = "") -> dict[str, Any]:
+    return {
+        "id": i,
+        "amount": Decimal(i) * Decimal("1.25"),
+        "placed": dt.date(2024, 1, 1) + dt.timedelta(days=i),
+        "updated": dt.datetime(2024, 1, 1, 0, 0, 0, i),
+        "note": note or f"order {i}",
+    }
+
+
+def config(url: str, **extra: str) -> dict[str, str]:
+    dotted = {k.replace("_", "."): v for k, v in extra.items()}
+    return {**credentials(url), "topics": "orders", **dotted}
+
+
+def put(task: Any, df: Any, reached: int) -> None:
+    """One delivery, as the runtime makes it: put, then the commit's pre_commit."""
+    task.put(df)
+    assert task.pre_commit({TP: reached}) == {TP: reached}
+
+
+def test_insert_creates_the_table_with_the_records_types_and_writes_each_record_once(
+    spark: SparkRuntime, postgres: PostgresServer, database: str
+) -> None:
+    batch = records(spark, [(i, None, order(i)) for i in range(1000)])
+    task, context = sink_task(config(database, auto_create="true"), [TP])
+    try:
+        assert context.rewinds == {}
+        put(task, batch.where("offset < 600"), 600)
+        # the same records again, and more: a delivery after a crash before the group commit
+        put(task, batch, 1000)
+    finally:
+        task.stop()
+    db = dbname(database)
+    assert postgres.execute(
+        "SELECT count(*), count(DISTINCT id), sum(amount), max(updated) FROM orders", db
+    ) == [(1000, 1000, Decimal("624375.00"), dt.datetime(2024, 1, 1, 0, 0, 0, 999))]
+    assert postgres.execute(
+        "SELECT column_name, format_type(atttypid, atttypmod) FROM information_schema.columns"
+        " JOIN pg_attribute ON attrelid = 'orders'::regclass AND attname = column_name"
+        " WHERE table_name = 'orders' ORDER BY ordinal_position",
+        db,
+    ) == [
+        ("id", "bigint"),
+        ("amount", "numeric(12,2)"),
+        ("placed", "date"),
+        ("updated", "timestamp without time zone"),
+        ("note", "text"),
+    ]
+    assert postgres.execute(
+        "SELECT connector, topic, partition, next_offset FROM herder_sink_offsets", db
+    ) == [("sink", "orders", 0, 1000)]
+    assert postgres.execute(
+        "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'herder_stage%'", db
+    ) == [(0,)]
+    # a new incarnation resumes from the offsets table, whatever the group committed
+    again, context = sink_task(config(database), [TP])
+    again.stop()
+    assert context.rewinds == {TP: 1000}
+
+
+def test_upsert_and_delete_by_record_key(
+    spark: SparkRuntime, postgres: PostgresServer, database: str
+) -> None:
+    settings = config(
+        database, insert_mode="upsert", pk_mode="record_key", delete_enabled="true",
+        auto_create="true",
+    )  # fmt: skip
+    task, _ = sink_task(settings, [TP])
+    try:
+        put(task, records(spark, [(i, {"id": i}, order(i)) for i in range(4)]), 4)
+        put(
+            task,
+            records(
+                spark,
+                [
+                    (4, {"id": 2}, order(2, "first change")),
+                    (5, {"id": 3}, None),  # a tombstone
+                    (6, {"id": 2}, order(2, "second change")),
+                    (7, {"id": 9}, order(9)),
+                    (8, {"id": 0}, None),
+                    (9, {"id": 0}, order(0, "back again")),
+                ],
+            ),
+            10,
+        )
+    finally:
+        task.stop()
+    assert postgres.execute("SELECT id, note FROM orders ORDER BY id", dbname(database)) == [
+        (0, "back again"),
+        (1, "order 1"),
+        (2, "second change"),
+        (9, "order 9"),
+    ]
+    primary = postgres.execute(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+        " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'orders'::regclass AND i.indisprimary",
+        dbname(database),
+    )
+    assert primary == [("id",)]
+
+
+def test_kafka_coordinates_as_the_primary_key(
+    spark: SparkRuntime, postgres: PostgresServer, database: str
+) -> None:
+    settings = config(database, insert_mode="upsert", pk_mode="kafka", auto_create="true")
+    task, _ = sink_task(settings, [TP])
+    try:
+        put(task, records(spark, [(i, None, order(i)) for i in range(3)]), 3)
+    finally:
+        task.stop()
+    rows = postgres.execute(
+        "SELECT __connect_topic, __connect_partition, __connect_offset, id FROM orders"
+        " ORDER BY __connect_offset",
+        dbname(database),
+    )
+    assert rows == [("orders", 0, 0, 0), ("orders", 0, 1, 1), ("orders", 0, 2, 2)]
+
+
+def test_update_changes_existing_rows_only(
+    spark: SparkRuntime, postgres: PostgresServer, database: str
+) -> None:
+    db = dbname(database)
+    postgres.execute("CREATE TABLE orders (id bigint PRIMARY KEY, note text, extra int)", db)
+    postgres.execute("INSERT INTO orders VALUES (1, 'one', 7), (2, 'two', 8)", db)
+    settings = config(
+        database, insert_mode="update", pk_mode="record_value", pk_fields="id",
+        fields_whitelist="id,note",
+    )  # fmt: skip
+    task, _ = sink_task(settings, [TP])
+    try:
+        put(task, records(spark, [(0, None, order(2, "changed")), (1, None, order(5))]), 2)
+    finally:
+        task.stop()
+    assert postgres.execute("SELECT * FROM orders ORDER BY id", db) == [
+        (1, "one", 7),
+        (2, "changed", 8),
+    ]
+
+
+def test_auto_evolve_adds_a_new_field_as_a_column(
+    spark: SparkRuntime, postgres: PostgresServer, database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = config(database, auto_create="true", auto_evolve="true")
+    task, _ = sink_task(settings, [TP])
+    try:
+        put(task, records(spark, [(0, None, {"id": 1, "note": "old"})], "id long, note string"), 1)
+        # one delivery with both schemas: the new field's column comes before the rows
+        older = records(spark, [(1, None, {"id": 2, "note": "old"})], "id long, note string")
+        newer = records(
+            spark,
+            [(2, None, {"id": 3, "note": "new", "email": "c@example.org"})],
+            "id long, note string, email string",
+        )
+        with caplog.at_level(logging.INFO, logger="herder.connectors.jdbc.sink"):
+            put(task, older.unionByName(newer), 3)
+        assert "holds records of schemas not seen before" in caplog.text
+    finally:
+        task.stop()
+    assert postgres.execute("SELECT id, note, email FROM orders ORDER BY id", dbname(database)) == [
+        (1, "old", None),
+        (2, "old", None),
+        (3, "new", "c@example.org"),
+    ]
+
+
+def test_a_zombie_commit_after_the_partition_moved_writes_nothing_twice(
+    spark: SparkRuntime, postgres: PostgresServer, database: str
+) -> None:
+    batch = records(spark, [(i, None, order(i)) for i in range(150)])
+    zombie, _ = sink_task(config(database, auto_create="true"), [TP])
+    owner, _ = sink_task(config(database, auto_create="true"), [TP])
+    try:
+        zombie.put(batch.where("offset < 100"))
+        put(owner, batch, 150)
+        # the zombie, paused before its commit, wakes up and commits what it staged
+        zombie.pre_commit({TP: 100})
+    finally:
+        zombie.stop()
+        owner.stop()
+    db = dbname(database)
+    assert postgres.execute("SELECT count(*), count(DISTINCT id) FROM orders", db) == [(150, 150)]
+    assert postgres.execute("SELECT next_offset FROM herder_sink_offsets", db) == [(150,)]
+
+
+def test_bad_input_is_refused_naming_the_table_and_column(
+    spark: SparkRuntime, postgres: PostgresServer, database: str
+) -> None:
+    db = dbname(database)
+    task, _ = sink_task(config(database), [TP])
+    try:
+        with pytest.raises(DatabaseError, match=r"table orders does not exist \(and auto"):
+            task.put(records(spark, [(0, None, order(0))]))
+        postgres.execute("CREATE TABLE orders (id bigint PRIMARY KEY, note text)", db)
+        with pytest.raises(DatabaseError, match="table orders has no column 'amount'"):
+            task.put(records(spark, [(0, None, order(0))]))
+        plain = records(spark, [(0, None, None)]).selectExpr(
+            "topic", "partition", "offset", "timestamp", "key",
+            "CAST('{\"id\": 1}' AS BINARY) AS value", "headers",
+        )  # fmt: skip
+        with pytest.raises(DatabaseError, match="value without a schema"):
+            task.put(plain)
+        nulls = records(spark, [(0, None, {"id": None, "note": "x"})], "id long, note string")
+        task.put(nulls)
+        with pytest.raises(DatabaseError, match='"id" of relation "orders"'):
+            task.pre_commit({TP: 1})
+    finally:
+        task.stop()
+
+
+def test_validate_refuses_keys_that_do_not_go_together(
+    postgres: PostgresServer, database: str
+) -> None:
+    def errors(**extra: str) -> dict[str, list[str]]:
+        results = JdbcSinkConnector().validate(config(database, **extra))
+        return {k: v.errors for k, v in results.items() if v.errors}
+
+    assert "pk.mode=record_key" in errors(delete_enabled="true")["delete.enabled"][0]
+    assert "primary key" in errors(insert_mode="upsert")["insert.mode"][0]
+    wrong = errors(connection_password="nope")
+    assert "password authentication failed" in wrong["connection.password"][0]
+    assert errors() == {}
