@@ -13,6 +13,7 @@ from typing import Any
 import uvicorn
 
 from herder.errors import ConfigError, HerderError
+from herder.runtime.basic_auth import BasicAuthFilter
 from herder.runtime.plugins import Plugins
 from herder.runtime.rest import build_app
 from herder.runtime.shell.herder import DistributedHerder
@@ -87,7 +88,13 @@ class WorkerProcess:
             worker_id=self.config.advertised_address(port),
             on_failed=lambda _: self.failed.set(),
         )
-        uv_config = uvicorn.Config(build_app(self._herder), log_level="warning", lifespan="off")
+        app: Any = build_app(self._herder)
+        if self.config.users is not None:
+            app = BasicAuthFilter(app, self.config.users)
+        uv_config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        uv_config.load()
+        if self.config.tls is not None:
+            uv_config.ssl = self.config.tls.server_context()
         self._server = uvicorn.Server(uv_config)
         self._serving = asyncio.create_task(self._server.serve(sockets=[listener]))
         while not self._server.started:
