@@ -336,8 +336,10 @@ def test_basic_auth_roles_and_internal_requests(
         "rest.basic.auth.internal.password": "worker-pw",
     }
     admin = httpx.Client(auth=("admin", "admin-pw"), timeout=10)
-    cluster = Cluster(processes, tmp_path, server, props, "http", admin,
-                      env={"HERDER_TEST_SECRET": SECRET})  # fmt: skip
+    secret_dir = tmp_path / SECRET
+    secret_dir.mkdir()
+    env = {"HERDER_TEST_SECRET": SECRET, "HERDER_TEST_MARKERS": str(secret_dir)}
+    cluster = Cluster(processes, tmp_path, server, props, "http", admin, env=env)
     follower = cluster.follower()
     leader = next(url for url in cluster.urls if url != follower)
 
@@ -361,7 +363,9 @@ def test_basic_auth_roles_and_internal_requests(
 
     # admin writes through the follower (forwarded with the admin's credentials), and the
     # follower's task configs reach the leader as the worker's internal user
-    reply = cluster.create(follower, "first", tmp_path, **{"secret": "${env:HERDER_TEST_SECRET}"})
+    # marker.dir refers to a secret: the connector copies it into its task configs
+    references = {"secret": "${env:HERDER_TEST_SECRET}", "marker.dir": "${env:HERDER_TEST_MARKERS}"}
+    reply = cluster.create(follower, "first", tmp_path, **references)
     assert reply.status_code == 201, reply.text
     reply = cluster.create(leader, "second", tmp_path)
     assert reply.status_code == 201, reply.text
@@ -370,9 +374,18 @@ def test_basic_auth_roles_and_internal_requests(
                    what=f"{name}'s tasks running")  # fmt: skip
     assert len(cluster.workers_of(follower, ["first", "second"])) == 2
 
-    # secrets: a config provider's reference is what the API shows, never its value
+    # secrets: connectors and tasks run with the references resolved (the tasks' markers
+    # are in the directory the reference names) ...
+    wait_until(
+        lambda: sorted(p.name for p in secret_dir.iterdir()) == ["first-0", "first-1"],
+        timeout=10,
+        what="the tasks' markers in the resolved directory",
+    )
+    # ... while the API shows the references, never their values
     placeholder = "${env:HERDER_TEST_SECRET}"
     for url in cluster.urls:
+        tasks = admin.get(f"{url}/connectors/first/tasks").json()
+        assert [t["config"]["marker.dir"] for t in tasks] == ["${env:HERDER_TEST_MARKERS}"] * 2
         shown = [
             admin.get(f"{url}/connectors/first/config").json(),
             admin.get(f"{url}/connectors/first").json()["config"],
