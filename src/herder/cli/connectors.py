@@ -11,6 +11,7 @@ the exit status is 1.
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import sys
 from collections.abc import Callable, Iterable
@@ -49,6 +50,19 @@ class ClientSecurity:
     key: str | None = None
     user: str | None = None
     password: str | None = None
+
+    @classmethod
+    def from_environment(cls) -> ClientSecurity:
+        """The ``HERDER_CACERT``, ``HERDER_CERT``, ``HERDER_KEY``, ``HERDER_USER`` and
+        ``HERDER_PASSWORD`` environment variables, for commands without the options."""
+        env = os.environ
+        return cls(
+            env.get("HERDER_CACERT"),
+            env.get("HERDER_CERT"),
+            env.get("HERDER_KEY"),
+            env.get("HERDER_USER"),
+            env.get("HERDER_PASSWORD"),
+        )
 
     def verify(self) -> ssl.SSLContext | bool:
         if self.cacert is None and self.cert is None:
