@@ -300,6 +300,11 @@ def test_https_cluster_with_required_client_certificates(
     assert refused.returncode == 1
     assert "cannot reach a worker" in refused.stderr
 
+    # a worker stops cleanly even while a client keeps an idle TLS connection open
+    assert client.get(f"{follower}/connectors").status_code == 200
+    for proc in cluster.procs:
+        assert proc.stop() == 0, proc.output()
+
 
 def test_https_worker_refuses_to_start_without_its_key(
     processes: Processes, tmp_path: Path, server: ServerHandle

@@ -22,6 +22,9 @@ from herder.runtime.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
 
+#: how long a stopping worker lets open REST connections finish before dropping them
+STOP_GRACE_S = 2.0
+
 #: how a worker's tasks move data: the data plane's factory, given by the layer that
 #: starts the worker (the runtime sits below the data plane and cannot name it)
 ExecutionsFor = Callable[[WorkerConfig], ExecutionFactory]
@@ -110,6 +113,14 @@ class WorkerProcess:
         if self._server is not None:
             self._server.should_exit = True
         if self._serving is not None:
+            done, _ = await asyncio.wait({self._serving}, timeout=STOP_GRACE_S)
+            if not done and self._server is not None:
+                # closing a TLS connection waits for the client's close_notify, which an
+                # idle keep-alive client never sends: drop what is left
+                for connection in list(self._server.server_state.connections):
+                    transport = getattr(connection, "transport", None)
+                    if transport is not None:
+                        transport.abort()
             await self._serving
 
 
