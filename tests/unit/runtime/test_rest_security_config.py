@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import ssl
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,37 @@ def test_basic_auth_needs_a_credentials_file_and_internal_credentials(tmp_path: 
     with pytest.raises(ConfigError, match="supports only"):
         WorkerConfig.from_properties({"group.id": "g", "rest.extension.classes": "com.Other"})
     assert WorkerConfig.from_properties({"group.id": "g"}).advertised_url(1).startswith("http:")
+
+
+def test_inline_pem_keystore_and_requested_client_certificates(tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
+    from tests.integration.test_rest_security import _authority, _issue
+
+    ca = _authority(tmp_path, "ca")
+    pem = _issue(ca, tmp_path, "worker").read_text()
+    split = pem.index("-----BEGIN PRIVATE KEY-----")
+    # the inline key goes through a temporary file, removed at once
+    temporary = Path(tempfile.gettempdir())
+    before = set(temporary.glob("herder-keystore-*"))
+    tls = RestTls.from_properties(
+        {
+            "listeners.https.ssl.keystore.certificate.chain": pem[:split],
+            "listeners.https.ssl.keystore.key": pem[split:],
+            "ssl.truststore.location": str(ca.path),
+            "ssl.client.authentication": "requested",
+        }
+    )
+    assert tls.server_context().verify_mode == ssl.CERT_OPTIONAL
+    assert set(temporary.glob("herder-keystore-*")) == before
+
+    encrypted = _issue(ca, tmp_path, "locked", password=b"right")
+    with pytest.raises(ConfigError, match=r"ssl.key.password"):
+        RestTls.from_properties(
+            {"ssl.keystore.location": str(encrypted), "ssl.key.password": "wrong"}
+        )
+    assert (
+        RestTls.from_properties(
+            {"ssl.keystore.location": str(encrypted), "ssl.key.password": "right"}
+        ).client_authentication
+        == "none"
+    )
