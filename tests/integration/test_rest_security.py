@@ -298,7 +298,11 @@ def test_https_cluster_with_required_client_certificates(
     assert "first" in listed.stdout and "second" in listed.stdout
     refused = _cli("--cacert", str(pki.ca.path), "list", "--url", follower)
     assert refused.returncode == 1
-    assert "cannot reach a worker" in refused.stderr
+    assert "could not agree on TLS" in refused.stderr and "--cert" in refused.stderr
+    untrusted = _cli("--cert", str(pki.client), "list", "--url", follower)
+    assert untrusted.returncode == 1 and "--cacert" in untrusted.stderr, untrusted.stderr
+    plain = _cli("list", "--url", follower.replace("https://", "http://"))
+    assert plain.returncode == 1
 
     # a worker stops cleanly even while a client keeps an idle TLS connection open
     assert client.get(f"{follower}/connectors").status_code == 200

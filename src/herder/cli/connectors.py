@@ -132,6 +132,15 @@ class ConnectRest:
                 "busy with: try again once it is done"
             ) from None
         except httpx.HTTPError as exc:
+            # a worker that requires a client certificate hangs up on a client without one
+            hung_up = isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
+            if _tls_failure(exc) or (hung_up and self.url.startswith("https://")):
+                raise HerderError(
+                    f"the worker at {self.url} and this client could not agree on TLS: {exc}; "
+                    "pass --cacert with the CA that signed the worker's certificate, and "
+                    "--cert/--key if the worker requires a client certificate (or use "
+                    "https:// in --url for a worker that serves HTTPS)"
+                ) from None
             raise HerderError(
                 f"cannot reach a worker at {self.url}: {exc}; start one with `herder worker "
                 "start --config worker.properties`, or pass --url (or set HERDER_URL) to the "
@@ -151,6 +160,16 @@ class ConnectRest:
 
     def get(self, path: str, **params: Any) -> Any:
         return self.call("GET", path, params=params or None)[1]
+
+
+def _tls_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` came from a TLS handshake or alert rather than an absent worker."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) or "SSL" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _error_message(status: int, content: Any, request: str) -> str:
