@@ -186,6 +186,9 @@ class _Store:
     def __init__(self, sim: Simulation, incarnation: int) -> None:
         self.sim = sim
         self.incarnation = incarnation
+        #: when the latest write commits: the leader's proposals commit in the order it
+        #: made them (Zab's FIFO order), however long each takes
+        self._last_commit_at = 0
 
     def _commit(self, ops: list[Op], callback: Any) -> None:
         def done() -> None:
@@ -198,7 +201,9 @@ class _Store:
             callback(ErrorCode(result.error_code), result.zxid)
             self.sim.schedule_coordinator_tick()
 
-        self.sim.after(self.sim.rng.randint(1, 30), done)
+        at = max(self.sim.now + self.sim.rng.randint(1, 30), self._last_commit_at)
+        self._last_commit_at = at
+        self.sim.after(at - self.sim.now, done)
 
     def store_group(self, group_id: str, record: Any, callback: Any) -> None:
         self._commit([Append(GROUPS_LOG, group_key(group_id), encode_record(record))], callback)
