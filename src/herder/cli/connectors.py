@@ -11,8 +11,11 @@ the exit status is 1.
 from __future__ import annotations
 
 import json
+import os
+import ssl
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -38,6 +41,49 @@ url_option = click.option(
 )
 
 
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How the CLI proves itself to a worker: the CA it trusts, its certificate, its user."""
+
+    cacert: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    user: str | None = None
+    password: str | None = None
+
+    @classmethod
+    def from_environment(cls) -> ClientSecurity:
+        """The ``HERDER_CACERT``, ``HERDER_CERT``, ``HERDER_KEY``, ``HERDER_USER`` and
+        ``HERDER_PASSWORD`` environment variables, for commands without the options."""
+        env = os.environ
+        return cls(
+            env.get("HERDER_CACERT"),
+            env.get("HERDER_CERT"),
+            env.get("HERDER_KEY"),
+            env.get("HERDER_USER"),
+            env.get("HERDER_PASSWORD"),
+        )
+
+    def verify(self) -> ssl.SSLContext | bool:
+        if self.cacert is None and self.cert is None:
+            return True
+        try:
+            context = ssl.create_default_context(cafile=self.cacert)
+            if self.cert is not None:
+                context.load_cert_chain(self.cert, self.key)
+        except (OSError, ssl.SSLError) as exc:
+            raise HerderError(
+                f"cannot load --cacert/--cert/--key: {exc}; give PEM files (--cert with the "
+                "certificate, --key with its private key unless --cert holds both)"
+            ) from None
+        return context
+
+    def auth(self) -> tuple[str, str] | None:
+        if self.user is None:
+            return None
+        return (self.user, self.password or "")
+
+
 class RestError(HerderError):
     """The worker refused a request; the message is its own, with the HTTP status."""
 
@@ -49,9 +95,15 @@ class RestError(HerderError):
 class ConnectRest:
     """A thin client of Kafka Connect's REST API: one method per request shape."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, security: ClientSecurity | None = None) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=REQUEST_TIMEOUT_S)
+        security = security or ClientSecurity()
+        self._http = httpx.Client(
+            base_url=self.url,
+            timeout=REQUEST_TIMEOUT_S,
+            verify=security.verify(),
+            auth=security.auth(),
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -80,6 +132,15 @@ class ConnectRest:
                 "busy with: try again once it is done"
             ) from None
         except httpx.HTTPError as exc:
+            # a worker that requires a client certificate hangs up on a client without one
+            hung_up = isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
+            if _tls_failure(exc) or (hung_up and self.url.startswith("https://")):
+                raise HerderError(
+                    f"the worker at {self.url} and this client could not agree on TLS: {exc}; "
+                    "pass --cacert with the CA that signed the worker's certificate, and "
+                    "--cert/--key if the worker requires a client certificate (or use "
+                    "https:// in --url for a worker that serves HTTPS)"
+                ) from None
             raise HerderError(
                 f"cannot reach a worker at {self.url}: {exc}; start one with `herder worker "
                 "start --config worker.properties`, or pass --url (or set HERDER_URL) to the "
@@ -101,6 +162,16 @@ class ConnectRest:
         return self.call("GET", path, params=params or None)[1]
 
 
+def _tls_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` came from a TLS handshake or alert rather than an absent worker."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) or "SSL" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _error_message(status: int, content: Any, request: str) -> str:
     message = content.get("message") if isinstance(content, dict) else content
     if not message:
@@ -117,7 +188,7 @@ def _error_message(status: int, content: Any, request: str) -> str:
 
 
 def _rest(url: str) -> ConnectRest:
-    rest = ConnectRest(url)
+    rest = ConnectRest(url, click.get_current_context().find_object(ClientSecurity))
     click.get_current_context().call_on_close(rest.close)
     return rest
 
@@ -127,8 +198,40 @@ def _path(*parts: str | int) -> str:
 
 
 @click.group()
-def connectors() -> None:
+@click.option(
+    "--cacert",
+    envvar="HERDER_CACERT",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A PEM file of the CA certificates an https worker is checked against "
+    "(env HERDER_CACERT; default: the system's).",
+)
+@click.option(
+    "--cert",
+    envvar="HERDER_CERT",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A PEM client certificate, for workers that ask for one (env HERDER_CERT).",
+)
+@click.option(
+    "--key",
+    envvar="HERDER_KEY",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The private key of --cert, unless --cert holds it too (env HERDER_KEY).",
+)
+@click.option("--user", envvar="HERDER_USER", help="HTTP Basic user (env HERDER_USER).")
+@click.option(
+    "--password", envvar="HERDER_PASSWORD", help="That user's password (env HERDER_PASSWORD)."
+)
+@click.pass_context
+def connectors(
+    ctx: click.Context,
+    cacert: str | None,
+    cert: str | None,
+    key: str | None,
+    user: str | None,
+    password: str | None,
+) -> None:
     """Manage connectors through a worker's REST API (Kafka Connect's)."""
+    ctx.obj = ClientSecurity(cacert, cert, key, user, password)
 
 
 # -- configs from files and -c ------------------------------------------------------------

@@ -19,7 +19,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from herder.cli.connectors import ConnectRest, url_option
+from herder.cli.connectors import ClientSecurity, ConnectRest, url_option
 from herder.cli.output import console, json_option, print_json
 
 __all__ = ["status"]
@@ -174,7 +174,7 @@ def render(doc: dict[str, Any]) -> Group:
 )
 def status(url: str, as_json: bool, watch: bool, interval: float) -> None:
     """The ensemble, the workers, the connectors and tasks (state, worker, lag) at once."""
-    rest = ConnectRest(url)
+    rest = ConnectRest(url, ClientSecurity.from_environment())
     try:
         while True:
             doc = gather(rest)

@@ -26,7 +26,9 @@ from herder.config.providers import (
     DirectoryConfigProvider,
     EnvVarConfigProvider,
     FileConfigProvider,
+    has_references,
     resolve,
+    restore_references,
 )
 from herder.config.validators import (
     CaseInsensitiveValidString,
@@ -66,9 +68,11 @@ __all__ = [
     "Width",
     "convert_to_string",
     "dump_properties",
+    "has_references",
     "invalid_value",
     "load_properties",
     "parse_properties",
     "parse_type",
     "resolve",
+    "restore_references",
 ]

@@ -27,7 +27,9 @@ __all__ = [
     "DirectoryConfigProvider",
     "EnvVarConfigProvider",
     "FileConfigProvider",
+    "has_references",
     "resolve",
+    "restore_references",
 ]
 
 # Kafka's ConfigTransformer pattern: ${provider:path:key} or ${provider:key}
@@ -143,3 +145,24 @@ def _resolve_value(name: str, value: str, registry: Mapping[str, ConfigProvider]
             ) from None
 
     return _REFERENCE.sub(substitute, value)
+
+
+def has_references(value: str) -> bool:
+    """Whether ``value`` refers to a config provider (``${provider:[path:]key}``)."""
+    return _REFERENCE.search(value) is not None
+
+
+def restore_references(
+    raw: Mapping[str, str], task_configs: list[dict[str, str]]
+) -> list[dict[str, str]]:
+    """``task_configs`` with each key whose value in the connector's ``raw`` config holds
+    a reference set back to that reference, as Connect's herder does.
+
+    A connector sees its config resolved and often copies values into its task configs,
+    which are stored and shown by the REST API; a secret copied so would be stored in the
+    clear. Tasks get their configs resolved again when they start.
+    """
+    referring = {key: value for key, value in raw.items() if has_references(value)}
+    return [
+        {key: referring.get(key, value) for key, value in config.items()} for config in task_configs
+    ]

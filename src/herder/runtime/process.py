@@ -13,6 +13,7 @@ from typing import Any
 import uvicorn
 
 from herder.errors import ConfigError, HerderError
+from herder.runtime.basic_auth import BasicAuthFilter
 from herder.runtime.plugins import Plugins
 from herder.runtime.rest import build_app
 from herder.runtime.shell.herder import DistributedHerder
@@ -20,6 +21,9 @@ from herder.runtime.worker import ExecutionFactory
 from herder.runtime.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
+
+#: how long a stopping worker lets open REST connections finish before dropping them
+STOP_GRACE_S = 2.0
 
 #: how a worker's tasks move data: the data plane's factory, given by the layer that
 #: starts the worker (the runtime sits below the data plane and cannot name it)
@@ -87,7 +91,13 @@ class WorkerProcess:
             worker_id=self.config.advertised_address(port),
             on_failed=lambda _: self.failed.set(),
         )
-        uv_config = uvicorn.Config(build_app(self._herder), log_level="warning", lifespan="off")
+        app: Any = build_app(self._herder)
+        if self.config.users is not None:
+            app = BasicAuthFilter(app, self.config.users)
+        uv_config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        uv_config.load()
+        if self.config.tls is not None:
+            uv_config.ssl = self.config.tls.server_context()
         self._server = uvicorn.Server(uv_config)
         self._serving = asyncio.create_task(self._server.serve(sockets=[listener]))
         while not self._server.started:
@@ -103,6 +113,14 @@ class WorkerProcess:
         if self._server is not None:
             self._server.should_exit = True
         if self._serving is not None:
+            done, _ = await asyncio.wait({self._serving}, timeout=STOP_GRACE_S)
+            if not done and self._server is not None:
+                # closing a TLS connection waits for the client's close_notify, which an
+                # idle keep-alive client never sends: drop what is left
+                for connection in list(self._server.server_state.connections):
+                    transport = getattr(connection, "transport", None)
+                    if transport is not None:
+                        transport.abort()
             await self._serving
 
 

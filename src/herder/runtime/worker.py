@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from herder import logcontext
+from herder.config import resolve, restore_references
 from herder.connect import (
     Connector,
     ConnectorContext,
@@ -468,11 +469,14 @@ class Worker:
                 )
             if assigned.target is TargetState.STARTED:
                 instance = assigned.instance
+                # the connector sees its config's provider references resolved; the
+                # stored config and every REST answer keep the references
+                config = await asyncio.to_thread(resolve, assigned.config)
                 await self.call_connector(
                     name,
                     "start()",
                     instance.start,
-                    dict(assigned.config),
+                    config,
                     on_abandon=lambda call: self._stop_once_started(name, instance, call),
                 )
                 assigned.started = True
@@ -612,7 +616,9 @@ class Worker:
                 raise
         if not isinstance(configs, list):
             raise HerderError(f"connector {name}'s task_configs() returned {type(configs)}")
-        return [{str(k): str(v) for k, v in c.items()} for c in configs[:max_tasks]]
+        return restore_references(
+            assigned.config, [{str(k): str(v) for k, v in c.items()} for c in configs[:max_tasks]]
+        )
 
     def is_assigned(self, name: str, instance: object) -> bool:
         """Whether ``instance`` (from :meth:`assignment_of`) is still connector ``name``
@@ -711,7 +717,12 @@ class Worker:
         try:
             klass = self.plugins.connector_class(connector_config.get("connector.class", ""))
             task = klass().task_class()()
-            execution = self.execution_factory(task_id, task, dict(config), dict(connector_config))
+            execution = self.execution_factory(
+                task_id,
+                task,
+                await asyncio.to_thread(resolve, config),
+                await asyncio.to_thread(resolve, connector_config),
+            )
         except Exception as exc:
             self.metrics.task_startups.failures += 1
             await self._task_failed(task_id, exc)

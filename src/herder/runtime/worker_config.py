@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from herder.config import ConfigDef, Importance, Range, Type, ValidString
 from herder.errors import ConfigError
+from herder.runtime.basic_auth import (
+    BASIC_AUTH_EXTENSIONS,
+    Credentials,
+    Users,
+    authorization_header,
+)
 from herder.runtime.core.session_key import (
     DEFAULT_ALGORITHM,
     DEFAULT_KEY_TTL_MS,
@@ -17,6 +26,7 @@ from herder.runtime.core.session_key import (
 )
 from herder.runtime.instance_ids import validate_group_instance_id
 from herder.runtime.stores import DEFAULT_CONFIG_LOG, DEFAULT_OFFSET_LOG, DEFAULT_STATUS_LOG
+from herder.runtime.tls import RestTls, listener_scheme
 
 
 def _algorithm(name: str, value: Any, /) -> None:
@@ -71,8 +81,52 @@ WORKER_CONFIG = (
         Type.LIST,
         default="",
         importance=Importance.LOW,
-        documentation="REST listener, e.g. http://127.0.0.1:8083 (wins over rest.port).",
+        documentation="REST listener, e.g. http://127.0.0.1:8083 (wins over rest.port); "
+        "https://host:port serves HTTPS with the ssl.* settings below.",
     )
+    .define("ssl.keystore.type", Type.STRING, default="PEM", importance=Importance.MEDIUM,
+            documentation="The keystore's format: PEM, the only one herder reads. Every "
+                          "ssl.* setting may be given as listeners.https.ssl.*, which wins.")
+    .define("ssl.keystore.location", Type.STRING, default=None, importance=Importance.HIGH,
+            documentation="A PEM file with the worker's certificate chain and private key, "
+                          "for an https listener and for the worker's requests to others.")
+    .define("ssl.keystore.certificate.chain", Type.STRING, default=None,
+            importance=Importance.LOW,
+            documentation="The certificate chain in PEM, inline (with ssl.keystore.key, "
+                          "instead of ssl.keystore.location).")
+    .define("ssl.keystore.key", Type.PASSWORD, default=None, importance=Importance.LOW,
+            documentation="The private key in PEM, inline.")
+    .define("ssl.key.password", Type.PASSWORD, default=None, importance=Importance.HIGH,
+            documentation="The password of an encrypted private key.")
+    .define("ssl.truststore.type", Type.STRING, default="PEM", importance=Importance.MEDIUM,
+            documentation="The truststore's format: PEM only.")
+    .define("ssl.truststore.location", Type.STRING, default=None, importance=Importance.HIGH,
+            documentation="A PEM file of the CA certificates trusted for clients' "
+                          "certificates and for other workers' (unset: the system's CAs).")
+    .define("ssl.client.authentication", Type.STRING, default="none",
+            validator=ValidString.in_("none", "requested", "required"),
+            importance=Importance.MEDIUM,
+            documentation="Whether REST clients must present a certificate signed by the "
+                          "truststore: none, requested or required.")
+    .define("rest.extension.classes", Type.LIST, default="", importance=Importance.LOW,
+            documentation="REST extensions. "
+                          "org.apache.kafka.connect.rest.basic.auth.extension."
+                          "BasicAuthSecurityRestExtension (or "
+                          "herder.runtime.basic_auth.BasicAuthFilter) turns on HTTP Basic "
+                          "authentication against rest.basic.auth.credentials.file; no "
+                          "other extension is supported.")
+    .define("rest.basic.auth.credentials.file", Type.STRING, default=None,
+            importance=Importance.MEDIUM,
+            documentation="The users of the REST API, one 'user: password,role' line each "
+                          "(Jetty's property file login format); role read allows GET and "
+                          "HEAD, admin everything (herder's name).")
+    .define("rest.basic.auth.internal.user", Type.STRING, default=None,
+            importance=Importance.MEDIUM,
+            documentation="The user (an admin) this worker sends its own requests to other "
+                          "workers as, when authentication is on (herder's name).")
+    .define("rest.basic.auth.internal.password", Type.PASSWORD, default=None,
+            importance=Importance.MEDIUM,
+            documentation="That user's password (herder's name).")
     .define("rest.host.name", Type.STRING, default="0.0.0.0", importance=Importance.LOW,
             documentation="Address the REST API binds to.")
     .define("rest.port", Type.INT, default=8083, validator=Range.between(0, 65535),
@@ -188,17 +242,27 @@ class WorkerConfig:
     scheduled_rebalance_max_delay_ms: int = 300_000
     #: the ``inter.worker.*`` settings of signed internal requests
     key_policy: KeyPolicy = field(default_factory=KeyPolicy)
+    #: the TLS settings of an ``https`` listener (None: plain HTTP)
+    tls: RestTls | None = None
+    #: the REST API's users, when basic authentication is on
+    users: Users | None = None
+    #: what this worker's own requests to other workers authenticate as
+    internal_credentials: Credentials | None = None
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> WorkerConfig:
         known = {k: v for k, v in props.items() if k in WORKER_CONFIG}
         v = WORKER_CONFIG.parse(known)
         rest_host, rest_port = v["rest.host.name"], v["rest.port"]
+        tls = None
         for listener in v["listeners"]:
+            if listener_scheme(listener) == "https":
+                tls = RestTls.from_properties({str(k): str(val) for k, val in props.items()})
             _, _, hostport = listener.rpartition("://")
             host, _, port = hostport.rpartition(":")
             rest_host, rest_port = host or rest_host, int(port)
             break
+        users, internal = _basic_auth(v)
         return cls(
             group_id=v["group.id"],
             bootstrap=v["bootstrap.servers"],
@@ -226,6 +290,9 @@ class WorkerConfig:
             connect_protocol=v["connect.protocol"],
             scheduled_rebalance_max_delay_ms=v["scheduled.rebalance.max.delay.ms"],
             key_policy=_key_policy(v),
+            tls=tls,
+            users=users,
+            internal_credentials=internal,
         )
 
     def advertised_address(self, bound_port: int) -> str:
@@ -239,10 +306,54 @@ class WorkerConfig:
         return f"{host}:{port}"
 
     def advertised_url(self, bound_port: int) -> str:
-        return f"http://{self.advertised_address(bound_port)}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{self.advertised_address(bound_port)}"
+
+    def http_client(self, timeout_s: float) -> httpx.AsyncClient:
+        """A client for this worker's requests to other workers: over TLS with the
+        worker's truststore and certificate, as its internal user when authentication is
+        on (a forwarded request sets its sender's ``Authorization`` instead)."""
+        headers = {}
+        if self.internal_credentials is not None:
+            headers["authorization"] = authorization_header(self.internal_credentials)
+        verify: ssl.SSLContext | bool = True
+        if self.tls is not None:
+            verify = self.tls.client_context()
+        return httpx.AsyncClient(timeout=timeout_s, verify=verify, headers=headers)
 
     def spark_properties(self) -> dict[str, str]:
         return {k: v for k, v in self.originals.items() if k.startswith("spark.")}
+
+
+def _basic_auth(v: Mapping[str, Any]) -> tuple[Users | None, Credentials | None]:
+    extensions = [str(name).strip() for name in v["rest.extension.classes"] if str(name).strip()]
+    unknown = [name for name in extensions if name not in BASIC_AUTH_EXTENSIONS]
+    if unknown:
+        raise ConfigError(
+            f"Invalid value {','.join(unknown)} for configuration rest.extension.classes: "
+            "herder supports only "
+            "org.apache.kafka.connect.rest.basic.auth.extension.BasicAuthSecurityRestExtension"
+        )
+    user, password = v["rest.basic.auth.internal.user"], v["rest.basic.auth.internal.password"]
+    internal = None
+    if user is not None:
+        internal = Credentials(user, password.value if password is not None else "")
+    if not extensions:
+        return None, internal
+    path = v["rest.basic.auth.credentials.file"]
+    if path is None:
+        raise ConfigError(
+            "rest.extension.classes turns on basic authentication: set "
+            "rest.basic.auth.credentials.file to a file of 'user: password,role' lines"
+        )
+    users = Users.load(path)
+    if internal is None:
+        raise ConfigError(
+            "with basic authentication on, workers authenticate to each other too: set "
+            "rest.basic.auth.internal.user and rest.basic.auth.internal.password to an "
+            f"admin user of {path}"
+        )
+    return users, internal
 
 
 def _key_policy(v: Mapping[str, Any]) -> KeyPolicy:

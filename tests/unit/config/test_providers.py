@@ -11,7 +11,9 @@ from herder.config import (
     ConfigProvider,
     DirectoryConfigProvider,
     EnvVarConfigProvider,
+    has_references,
     resolve,
+    restore_references,
 )
 from herder.errors import ConfigError, ErrorCode
 
@@ -111,3 +113,17 @@ def test_more_providers_can_be_registered() -> None:
     assert resolved == {"k": "SHOUT x"}
     assert "upper" not in DEFAULT_PROVIDERS
     assert isinstance(DEFAULT_PROVIDERS["env"], EnvVarConfigProvider)
+
+
+def test_task_configs_get_the_connectors_references_back() -> None:
+    raw = {"password": "${env:DB_PASSWORD}", "url": "jdbc:x", "dir": "${file:/p:dir}/sub"}
+    tasks = [
+        {"password": "hunter2", "url": "jdbc:x", "dir": "/data/sub", "index": "0"},
+        {"url": "jdbc:x", "index": "1"},
+    ]
+    assert restore_references(raw, tasks) == [
+        {"password": "${env:DB_PASSWORD}", "url": "jdbc:x", "dir": "${file:/p:dir}/sub",
+         "index": "0"},
+        {"url": "jdbc:x", "index": "1"},
+    ]  # fmt: skip
+    assert has_references("a ${env:X} b") and not has_references("${topic}-${timestamp}")

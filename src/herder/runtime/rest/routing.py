@@ -66,10 +66,10 @@ def _forward_flag(request: Request) -> bool | None:
 
 
 def _forwarded_headers(request: Request) -> dict[str, str]:
-    """What a forwarded request carries on: its body's type and, for an internal request,
-    its signature (the next worker checks it again)."""
+    """What a forwarded request carries on: its body's type, its sender's credentials
+    and, for an internal request, its signature (the next worker checks both again)."""
     headers = {"content-type": "application/json"}
-    for name in (SIGNATURE_HEADER, SIGNATURE_ALGORITHM_HEADER):
+    for name in ("authorization", SIGNATURE_HEADER, SIGNATURE_ALGORITHM_HEADER):
         value = request.headers.get(name)
         if value is not None:
             headers[name] = value
@@ -82,7 +82,7 @@ class RequestRouter:
     def __init__(self, herder: DistributedHerder) -> None:
         self.herder = herder
         self.timeout_s = herder.config.rest_request_timeout_ms / 1000
-        self.http = httpx.AsyncClient(timeout=self.timeout_s)
+        self.http = herder.config.http_client(self.timeout_s)
 
     async def close(self) -> None:
         await self.http.aclose()

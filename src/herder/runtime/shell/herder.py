@@ -23,8 +23,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import httpx
-
 from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.ensemble.client import EnsembleClient
 from herder.errors import HerderError, RebalanceInProgress, ServerStopping
@@ -145,7 +143,7 @@ class DistributedHerder(HerderRequests):
         self._wake = asyncio.Event()
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
-        self._http = httpx.AsyncClient(timeout=30)
+        self._http = config.http_client(30)
         #: what the herder loop is busy with, and since when (wall clock), for timeouts
         self._stage: tuple[str, float] | None = None
 
