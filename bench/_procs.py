@@ -382,6 +382,22 @@ def stop_processes(procs: Sequence[multiprocessing.process.BaseProcess], grace: 
 # -- CPU accounting ----------------------------------------------------------------------
 
 
+def child_json(command: Sequence[str], timeout: float, what: str) -> dict[str, Any]:
+    """Run ``command`` (``what``: a benchmark's own child, e.g. its plain Spark side) to
+    its end and return the JSON object of its last line of output."""
+    with children_ignore_sigint():
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        out, _ = child.communicate(timeout=timeout)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if child.returncode != 0:
+        raise RuntimeError(f"{what} exited with status {child.returncode}")
+    return json.loads(out.decode().strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
 def children_by_parent() -> dict[int, list[int]]:
     """Every process's children, by parent pid (read from ``/proc`` now)."""
     children: dict[int, list[int]] = {}

@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -137,17 +136,7 @@ def run_spark(args: argparse.Namespace, server: PostgresServer, work: Path) -> d
         sys.executable, str(Path(__file__).resolve()), "--spark-child", str(server.port),
         str(args.records), str(work), str(args.warmup_runs), str(args.runs), args.driver_memory,
     ]  # fmt: skip
-    with _procs.children_ignore_sigint():
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    try:
-        out, _ = child.communicate(timeout=3600)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    if child.returncode != 0:
-        raise RuntimeError(f"the plain Spark run exited with status {child.returncode}")
-    figures = json.loads(out.decode().strip().splitlines()[-1])
+    figures = _procs.child_json(command, 3600, "the plain Spark run")
     return _best(figures["runs"], args.records) | {
         "complete": all(r["complete"] for r in figures["runs"]),
         "warmups": figures["warmups"],

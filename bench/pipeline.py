@@ -56,7 +56,6 @@ import json
 import os
 import select
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -210,17 +209,7 @@ def run_spark_baseline(args: argparse.Namespace, input_path: Path, work: Path) -
         str(args.runs),
         args.driver_memory,
     ]
-    with _procs.children_ignore_sigint():
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    try:
-        out, _ = child.communicate(timeout=1800)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    if child.returncode != 0:
-        raise RuntimeError(f"the plain Spark run exited with status {child.returncode}")
-    figures = json.loads(out.decode().strip().splitlines()[-1])
+    figures = _procs.child_json(command, 1800, "the plain Spark run")
     best = min(figures["runs"], key=lambda r: r["seconds"])
     durable = min(figures["runs"], key=lambda r: r["durable_seconds"])
     return {

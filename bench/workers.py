@@ -698,11 +698,12 @@ def one_more_connector(cluster: Cluster, timeout_s: float) -> dict[str, Any]:
 def rolling_restart(cluster: Cluster, timeout_s: float) -> dict[str, Any]:
     """Restart every worker in turn (SIGTERM, start again with the same config), each
     once every task is RUNNING again; which tasks ended elsewhere, what others stopped."""
-    before = cluster.status()
-    while before is None or not before.all_running(cluster.created):
-        before = cluster.wait_for(
-            lambda s: s.all_running(cluster.created), time.monotonic() + timeout_s
-        ).last
+    settled = cluster.wait_for(
+        lambda s: s.all_running(cluster.created), time.monotonic() + timeout_s
+    )
+    if settled.at is None:
+        return {"skipped": "the tasks were not all RUNNING"} | settled.report(cluster.names)
+    before = settled.last
     generations_before, _ = cluster.latest_generation()
     began = time.monotonic()
     per_worker = []

@@ -48,6 +48,8 @@ ZONED_TIMESTAMP: Final = "io.debezium.time.ZonedTimestamp"
 PRECISION: Final = "connect.decimal.precision"
 
 _EPOCH_NTZ = "TIMESTAMP_NTZ'1970-01-01 00:00:00'"
+#: Spark's datetime pattern of Debezium's ZonedTimestamp: ISO 8601 with microseconds and
+#: the zone as an offset (``XXX``: ``+01:00``, ``Z`` for UTC)
 _ZONED_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 
 

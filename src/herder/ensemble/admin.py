@@ -307,8 +307,12 @@ class AdminServer:
             )
             writer.write(head.encode() + (body if method == "GET" else b""))
             await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, UnicodeError):
-            pass
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, UnicodeError) as exc:
+            # a client that sent no request in time, hung up, or sent no HTTP: its own
+            # affair, and nothing to answer
+            log.debug(
+                "admin HTTP request from %s dropped: %r", writer.get_extra_info("peername"), exc
+            )
         except Exception:
             log.exception("admin HTTP request failed")
         finally:

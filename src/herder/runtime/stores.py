@@ -199,6 +199,16 @@ class StatusStore(_CompactedLogStore):
         await self._write([(key, value)])
         self.view.apply(key, value)
 
+    async def put_all(self, statuses: Sequence[Status]) -> None:
+        """Publish ``statuses`` in one write, less those a newer generation's status
+        already stands for."""
+        records = [status_record(s) for s in statuses if self.view.supersedes(s)]
+        if not records:
+            return
+        await self._write(records)
+        for key, value in records:
+            self.view.apply(key, value)
+
     async def put_topic(self, status: TopicStatus) -> None:
         """Record that ``status.connector`` uses ``status.topic`` (once is enough)."""
         if self.view.topic(status.connector, status.topic) is not None:

@@ -486,16 +486,22 @@ class DistributedHerder(HerderRequests):
     async def _publish_unassigned(
         self, work: tuple[tuple[str | ConnectorTaskId, str], ...], generation: int
     ) -> None:
+        statuses = [
+            ConnectorStatus(what, State.UNASSIGNED, worker_id, generation)
+            if isinstance(what, str)
+            else TaskStatus(what, State.UNASSIGNED, worker_id, generation)
+            for what, worker_id in work
+        ]
         view = self.statuses.view
-        for what, worker_id in work:
-            status: ConnectorStatus | TaskStatus = (
-                ConnectorStatus(what, State.UNASSIGNED, worker_id, generation)
-                if isinstance(what, str)
-                else TaskStatus(what, State.UNASSIGNED, worker_id, generation)
-            )
-            current = view.get(status)
-            if current is None or current.state is not State.UNASSIGNED:
-                await self.statuses.put(status)
+        # work already shown waiting for the same worker needs no new record
+        await self.statuses.put_all(
+            [
+                s
+                for s in statuses
+                if (c := view.get(s)) is None
+                or (c.state, c.worker_id) != (State.UNASSIGNED, s.worker_id)
+            ]
+        )
 
     async def _distribute_session_key(self, created_ms: int) -> None:
         policy = self.config.key_policy
