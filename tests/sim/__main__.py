@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 
 from herder.ensemble.zab import Faults
-from tests.sim.cluster import PROFILES, Simulation, SimulationFailure
+from tests.sim.cluster import PROFILES, Simulation
+from tests.sim.failures import run_seeds
 
 
 def main() -> int:
@@ -29,20 +29,12 @@ def main() -> int:
     # the peers log what they decide: everything with --trace, else only errors
     logging.basicConfig(level=logging.INFO if args.trace else logging.ERROR, format="%(message)s")
     faults = Faults(**{name: True for name in args.bug})
-    failed = 0
-    started = time.perf_counter()
-    for seed in range(args.seed, args.seed + args.seeds):
-        try:
-            report = Simulation(seed, steps=args.steps, faults=faults, profile=args.profile).run()
-        except SimulationFailure as e:
-            failed += 1
-            print(e, file=sys.stderr)
-            continue
-        if args.seeds == 1 or args.trace:
-            print(report)
-    elapsed = time.perf_counter() - started
-    print(f"{args.seeds - failed}/{args.seeds} seeds passed in {elapsed:.1f} s")
-    return 1 if failed else 0
+    return run_seeds(
+        args.seed,
+        args.seeds,
+        lambda seed: Simulation(seed, steps=args.steps, faults=faults, profile=args.profile).run(),
+        show=args.trace,
+    )
 
 
 if __name__ == "__main__":

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 
-from tests.sim.connect.cluster import Bugs, Simulation, SimulationFailure
+from tests.sim.connect.cluster import Bugs, Simulation
+from tests.sim.failures import run_seeds
 
 
 def main() -> int:
@@ -27,23 +27,15 @@ def main() -> int:
     # the cores log what they decide: everything with --trace, else only errors
     logging.basicConfig(level=logging.INFO if args.trace else logging.ERROR, format="%(message)s")
     bugs = Bugs(**{name: True for name in args.bug})
-    failed = 0
-    started = time.perf_counter()
-    for seed in range(args.seed, args.seed + args.seeds):
+
+    def run(seed: int) -> object:
         sim = Simulation(seed, steps=args.steps, bugs=bugs)
-        try:
-            report = sim.run()
-        except SimulationFailure as e:
-            failed += 1
-            print(e, file=sys.stderr)
-            continue
+        report = sim.run()
         if args.trace:
             print("\n".join(sim.trace))
-        if args.seeds == 1 or args.trace:
-            print(report)
-    elapsed = time.perf_counter() - started
-    print(f"{args.seeds - failed}/{args.seeds} seeds passed in {elapsed:.1f} s")
-    return 1 if failed else 0
+        return report
+
+    return run_seeds(args.seed, args.seeds, run, show=args.trace)
 
 
 if __name__ == "__main__":

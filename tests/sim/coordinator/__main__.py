@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 
 from tests.sim.coordinator.bugs import BUGS, planted
 from tests.sim.coordinator.checker import INVARIANTS
-from tests.sim.coordinator.world import PROFILES, SimulationFailure, World
+from tests.sim.coordinator.world import PROFILES, World
+from tests.sim.failures import run_seeds
 
 
 def main() -> int:
@@ -32,9 +32,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO if args.trace else logging.ERROR, format="%(message)s")
-    failed = 0
-    started = time.perf_counter()
-    for seed in range(args.seed, args.seed + args.seeds):
+
+    def run(seed: int) -> object:
         world = World(
             seed,
             steps=args.steps,
@@ -44,19 +43,12 @@ def main() -> int:
         )
         try:
             with planted(args.bug):
-                report = world.run()
-        except SimulationFailure as failure:
-            failed += 1
-            print(failure, file=sys.stderr)
-            continue
+                return world.run()
         finally:
             if args.trace:
                 print("\n".join(world.trace_lines))
-        if args.seeds == 1 or args.trace:
-            print(report)
-    elapsed = time.perf_counter() - started
-    print(f"{args.seeds - failed}/{args.seeds} seeds passed in {elapsed:.1f} s")
-    return 1 if failed else 0
+
+    return run_seeds(args.seed, args.seeds, run, show=args.trace)
 
 
 if __name__ == "__main__":
