@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from zlib import crc32
 
+import pyspark
 import pytest
 
 from herder.connect import SourceRecord
+from herder.dataplane.execution import TaskExecutions
 from herder.dataplane.metadata import (
     START_KEY,
     PartitionState,
@@ -21,10 +23,11 @@ from herder.dataplane.metadata import (
     segment_log,
 )
 from herder.dataplane.records import records_to_table
-from herder.dataplane.spark import DEFAULT_CONF, SparkRuntime, SparkSettings
-from herder.dataplane.storage import batch_dir, batch_of, parse_writer_dir
+from herder.dataplane.spark import DEFAULT_CONF, SparkRuntime, SparkSettings, check_spark_home
+from herder.dataplane.storage import batch_dir, batch_of, check_reachable, parse_writer_dir
 from herder.ensemble.txn import Record
 from herder.errors import ConfigError, UnknownTopicOrPartition
+from herder.runtime.worker_config import WorkerConfig
 
 pytestmark = pytest.mark.unit
 
@@ -268,3 +271,71 @@ def test_files_written_in_order_must_carry_sparks_names(tmp_path: Path) -> None:
         _describe(storage, batch, positional=True, timestamp=7)
     # a batch written with seq (spread over partitions) needs no order from names
     assert _describe(storage, batch, timestamp=7)[0].file_counts is None
+
+
+@pytest.mark.parametrize(
+    ("props", "spans"),
+    [
+        ({}, False),
+        ({"spark.master": "local[2]"}, False),
+        ({"spark.master": "spark://127.0.0.1:7077"}, False),
+        ({"spark.master": "spark://localhost:7077"}, False),
+        ({"spark.master": "spark://10.1.2.3:7077"}, True),
+        ({"spark.master": "spark://a.example:7077,b.example:7077"}, True),
+        ({"spark.master": "yarn"}, True),
+        ({"spark.master": "k8s://https://10.1.2.3:6443"}, True),
+        ({"spark.remote": "sc://127.0.0.1:15002"}, False),
+        ({"spark.remote": "sc://[::1]:15002"}, False),
+        ({"spark.remote": "sc://connect.example:15002/;user_id=x"}, True),
+    ],
+)
+def test_whether_spark_jobs_may_run_on_other_machines(props: dict[str, str], spans: bool) -> None:
+    assert SparkSettings.from_properties(props).spans_machines is spans
+
+
+def test_a_local_storage_root_is_refused_for_a_cluster_unless_declared_shared() -> None:
+    cluster = SparkSettings.from_properties({"spark.master": "spark://10.1.2.3:7077"})
+    with pytest.raises(
+        ConfigError,
+        match=r"storage.root=/data/topics is a local path.*"
+        r"spark.master=spark://10.1.2.3:7077.*storage.root.shared=true",
+    ):
+        check_reachable("/data/topics", cluster.where, cluster.spans_machines, shared=False)
+    with pytest.raises(ConfigError, match="local path"):
+        check_reachable("file:///data/topics", cluster.where, cluster.spans_machines, False)
+    check_reachable("/data/topics", cluster.where, cluster.spans_machines, shared=True)
+    check_reachable("hdfs://nn:8020/topics", cluster.where, cluster.spans_machines, False)
+    check_reachable("s3a://bucket/topics", cluster.where, cluster.spans_machines, False)
+    local = SparkSettings.from_properties({})
+    check_reachable("/data/topics", local.where, local.spans_machines, shared=False)
+
+
+def test_a_worker_with_a_cluster_and_a_local_root_does_not_start(tmp_path: Path) -> None:
+    config = WorkerConfig.from_properties(
+        {
+            "group.id": "g",
+            "bootstrap.servers": "127.0.0.1:1",
+            "storage.root": str(tmp_path),
+            "spark.master": "yarn",
+        }
+    )
+    assert config.storage_root_shared is False
+    with pytest.raises(ConfigError, match=r"storage\.root\.shared=true"):
+        TaskExecutions(config)
+
+
+def test_a_spark_home_pyspark_cannot_launch_is_one_clear_error(tmp_path: Path) -> None:
+    check_spark_home(None)
+    with pytest.raises(ConfigError, match=r"has no bin/spark-submit: unset SPARK_HOME"):
+        check_spark_home(str(tmp_path / "gone"))
+    other = tmp_path / "spark-3.5"
+    (other / "bin").mkdir(parents=True)
+    (other / "bin" / "spark-submit").write_text("#!/bin/sh\n")
+    (other / "jars").mkdir()
+    (other / "jars" / "spark-core_2.12-3.5.1.jar").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"is Spark 3.5.1, but herder runs pyspark 4\.3"):
+        check_spark_home(str(other))
+    (other / "jars" / "spark-core_2.12-3.5.1.jar").rename(
+        other / "jars" / f"spark-core_2.13-{pyspark.__version__}.jar"
+    )
+    check_spark_home(str(other))

@@ -49,9 +49,9 @@ from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.coordinator.offsets import TopicPartition as GroupPartition
 from herder.dataplane.fencing import connector_fence_id, current_epoch, task_fence_id
 from herder.dataplane.metadata import PartitionState
-from herder.dataplane.spark import spark_runtime
+from herder.dataplane.spark import SparkSettings, spark_runtime
 from herder.dataplane.staged import StagedBatch
-from herder.dataplane.storage import Storage
+from herder.dataplane.storage import Storage, check_reachable
 from herder.dataplane.topics import Topics, TxnRefused
 from herder.dataplane.transforms.pipeline import RecordPipeline, validate_record_handling
 from herder.dataplane.writer import SegmentWriter
@@ -113,6 +113,10 @@ class TaskExecutions(ExecutionFactory):
             raise ConfigError("storage.root must name where topic data lives (a path or URI)")
         self.config = config
         self.storage = Storage(config.storage_root)
+        settings = SparkSettings.from_properties(config.spark_properties())
+        check_reachable(
+            config.storage_root, settings.where, settings.spans_machines, config.storage_root_shared
+        )
         self.spark = spark_runtime(config.spark_properties())
         # a JVM takes seconds to start: start it now, not when the first task needs it
         # (unless told not to: a worker whose tasks may never run a job saves the JVM)

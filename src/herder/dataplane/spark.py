@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import ipaddress
 import logging
 import os
 import sys
@@ -44,8 +45,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 from herder.errors import ConfigError
 from herder.runtime.task_metrics import JobTimes
@@ -121,6 +124,33 @@ class SparkSettings:
     def local(self) -> bool:
         return self.remote is None and self.conf.get("spark.master", "").startswith("local")
 
+    @property
+    def where(self) -> str:
+        """The setting that says where jobs run, as ``key=value``, for messages."""
+        if self.remote is not None:
+            return f"spark.remote={self.remote}"
+        return f"spark.master={self.conf.get('spark.master', '')}"
+
+    @property
+    def spans_machines(self) -> bool:
+        """Whether jobs may run on other machines than this one.
+
+        A local master runs them here. A standalone master (``spark://``) or a Spark
+        Connect server on a loopback address has its executors here too, since no other
+        machine can reach it; on any other host, and under YARN or Kubernetes, they may
+        be anywhere. (A Connect server on this machine may itself use a cluster: that is
+        the server's setting, which a client cannot see.)
+        """
+        if self.local:
+            return False
+        target = self.remote if self.remote is not None else self.conf.get("spark.master", "")
+        scheme, sep, rest = target.partition("://")
+        if not sep or scheme not in ("spark", "sc"):
+            return True
+        first = rest.split(",")[0]
+        host = urlsplit(f"http://{first}").hostname or ""
+        return not _is_loopback(host)
+
 
 class SparkRuntime:
     """A lazily started SparkSession and the bounded thread pool jobs run on."""
@@ -166,6 +196,7 @@ class SparkRuntime:
                 ) from exc
             builder = SparkSession.builder.remote(settings.remote)
         else:
+            check_spark_home(os.environ.get("SPARK_HOME"))
             if settings.local:
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             builder = SparkSession.builder
@@ -244,6 +275,43 @@ class SparkRuntime:
             if self._session is not None:
                 self._session.stop()
                 self._session = None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_spark_home(spark_home: str | None) -> None:
+    """Refuse a ``SPARK_HOME`` that pyspark cannot launch, or one of another Spark.
+
+    pyspark launches its JVM with ``$SPARK_HOME/bin/spark-submit`` when the variable is
+    set, and only falls back to its own copy of Spark when it is not: a variable left
+    pointing at an old or removed install fails deep in the launch ("No such file or
+    directory: './bin/spark-submit'"), and one pointing at another version of Spark
+    fails later and stranger. Unset, pyspark's own Spark is used, which always fits.
+    """
+    if not spark_home:
+        return
+    import pyspark
+
+    home = Path(spark_home)
+    fix = "unset SPARK_HOME to use the Spark that comes with pyspark"
+    if not (home / "bin" / "spark-submit").is_file():
+        raise ConfigError(f"SPARK_HOME={spark_home} has no bin/spark-submit: {fix}")
+    wanted = pyspark.__version__
+    cores = sorted((home / "jars").glob("spark-core_*.jar"))
+    if cores:
+        found = cores[0].stem.rpartition("-")[2]
+        if found.split(".")[:2] != wanted.split(".")[:2]:
+            raise ConfigError(
+                f"SPARK_HOME={spark_home} is Spark {found}, but herder runs pyspark {wanted}: "
+                f"{fix}, or point it at a Spark {'.'.join(wanted.split('.')[:2])} install"
+            )
 
 
 def _quiet_pool_creation(session: SparkSession) -> None:

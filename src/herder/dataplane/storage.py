@@ -46,6 +46,35 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 _WRITER_DIR = re.compile(r"(?P<task>[A-Za-z0-9._-]+)-e(?P<epoch>\d+)")
 
 
+#: The worker property that declares a local ``storage.root`` a mount every machine shares.
+SHARED_KEY = "storage.root.shared"
+
+
+def is_local_path(root: str) -> bool:
+    """Whether ``root`` names a directory of this machine's filesystem (a plain path or a
+    ``file:`` URI) rather than a filesystem every machine reaches by URI."""
+    scheme, sep, _ = root.partition("://")
+    return not sep or scheme == "file" or root.startswith("file:")
+
+
+def check_reachable(root: str, where: str, spans_machines: bool, shared: bool) -> None:
+    """Refuse a local ``storage.root`` when jobs run on other machines.
+
+    Executors write and read a topic's files where the driver says they are, so a
+    directory only this machine has would scatter a topic over the executors' own
+    disks, or fail on them. ``where`` is the setting that sends jobs elsewhere
+    (``spark.master=…``), ``shared`` the operator's word that the path is a mount every
+    machine has (NFS and the like).
+    """
+    if spans_machines and is_local_path(root) and not shared:
+        raise ConfigError(
+            f"storage.root={root} is a local path, but {where} runs jobs on other machines, "
+            "which cannot see it: put topic data where every worker and executor reaches it "
+            f"(hdfs://…, s3a://…), or, if {root} is a shared mount on every machine (NFS), "
+            f"set {SHARED_KEY}=true"
+        )
+
+
 def check_task_name(task: str) -> str:
     if not _SAFE_NAME.fullmatch(task) or task in (".", ".."):
         raise ConfigError(f"{task!r} cannot name a writer: use 1 to 200 of A-Z a-z 0-9 . _ -")

@@ -200,6 +200,10 @@ WORKER_CONFIG = (
                           "inter.worker.signature.algorithm.")
     .define("storage.root", Type.STRING, default="", importance=Importance.HIGH,
             documentation="Where topic data lives: a local path or a Hadoop filesystem URI.")
+    .define("storage.root.shared", Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
+            documentation="Declare a local storage.root a mount every worker and Spark "
+                          "executor has (NFS and the like), so it may be used with a Spark "
+                          "cluster.")
     .define("topic.tracking.enable", Type.BOOLEAN, default=True, importance=Importance.LOW,
             documentation="Record the topics each connector uses (GET /connectors/{c}/topics).")
     .define("topic.tracking.allow.reset", Type.BOOLEAN, default=True,
@@ -231,6 +235,7 @@ class WorkerConfig:
     status_log: str
     storage_root: str
     originals: dict[str, str]
+    storage_root_shared: bool = False
     topic_tracking: bool = True
     topic_tracking_allow_reset: bool = True
     rest_request_timeout_ms: int = 90_000
@@ -280,6 +285,7 @@ class WorkerConfig:
             offset_log=v["offset.storage.topic"],
             status_log=v["status.storage.topic"],
             storage_root=v["storage.root"],
+            storage_root_shared=v["storage.root.shared"],
             originals={str(k): str(val) for k, val in props.items()},
             topic_tracking=v["topic.tracking.enable"],
             topic_tracking_allow_reset=v["topic.tracking.allow.reset"],
