@@ -25,7 +25,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +77,11 @@ class Cluster:
 
     # -- workers ------------------------------------------------------------------------
 
-    def start_worker(self, config: Path | None = None) -> Worker:
+    def start_worker(
+        self, config: Path | None = None, spark: Mapping[str, str] | None = None
+    ) -> Worker:
+        """Start a worker from ``config``, or from this cluster's defaults with the
+        ``spark.*`` settings in ``spark`` in place of local Spark's."""
         if config is None:
             port = free_port()
             props = {
@@ -99,6 +103,9 @@ class Cluster:
                 "spark.ui.enabled": "false",
                 "spark.sql.shuffle.partitions": "2",
             }
+            if spark is not None:
+                props = {k: v for k, v in props.items() if not k.startswith("spark.")}
+                props.update(spark)
             config = self.tmp_path / f"worker-{port}.properties"
             config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         name = config.stem

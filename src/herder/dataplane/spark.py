@@ -13,8 +13,9 @@ to ``local[*]``). herder adds what it needs on top:
   first use with Spark's defaults (weight 1); an allocation file can be given with
   ``spark.scheduler.allocation.file``.
 * Arrow for every crossing between Python and the JVM, no UI, no console progress
-  bars, log level WARN, no ``_SUCCESS`` marker files; a local master binds to
-  127.0.0.1 unless ``SPARK_LOCAL_IP`` says otherwise.
+  bars, log level WARN, no ``_SUCCESS`` marker files; a local master, or a cluster
+  master on a loopback address, binds to 127.0.0.1 unless ``SPARK_LOCAL_IP`` says
+  otherwise.
 
 Spark jobs block, so they run on a bounded thread pool (``dataplane.job.threads``,
 default 4), never on the event loop: ``await run_in_spark(fn, *args, pool=...)``. The
@@ -197,7 +198,9 @@ class SparkRuntime:
             builder = SparkSession.builder.remote(settings.remote)
         else:
             check_spark_home(os.environ.get("SPARK_HOME"))
-            if settings.local:
+            if not settings.spans_machines:
+                # nothing outside this machine takes part: Spark would otherwise pick
+                # the first non-loopback interface for its driver and block manager
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             builder = SparkSession.builder
         for key, value in settings.conf.items():

@@ -408,7 +408,9 @@ def _staged_write(df: DataFrame) -> DataFrameWriter:
     return (
         df.write.option("maxRecordsPerFile", MAX_RECORDS_PER_FILE)
         .options(**STAGED_FILE_STATISTICS)
-        .mode("errorifexists")
+        # "error" rather than its synonym "errorifexists", which Spark Connect's client
+        # does not know
+        .mode("error")
     )
 
 
