@@ -5,6 +5,7 @@
                              [--tmp-dir D] [--pretty]
                              [--consumer-max-records M] [--keep-work-dir]
                              [--worker-log-level DEBUG]
+                             [--spark-master spark://HOST:PORT | --spark-remote sc://HOST:PORT]
 
 The benchmark writes N lines of B bytes (default 2,000,000 of 100) and measures, in one
 run, on 127.0.0.1 with fresh temporary directories:
@@ -45,6 +46,11 @@ its JVM, Spark's Python workers) and ``other_cpu_pct``: what every other process
 the machine used meanwhile, in % of one core. Figures go to stdout as one JSON object,
 progress to stderr; every process started is stopped by PID in ``finally`` blocks.
 With the defaults a run takes about six minutes on two cores.
+
+``--spark-master`` (a standalone cluster's ``spark://…``) or ``--spark-remote`` (a Spark
+Connect server's ``sc://…``) runs both sides' jobs there instead of ``local[*]``, so the
+ratio compares them on the same cluster (``spark_on`` in the JSON). The cluster's
+executors must see this machine's files (a cluster on this machine, or a shared mount).
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -161,13 +167,22 @@ def make_durable(folder: str) -> None:
     Storage(parent).make_durable(files)
 
 
-def spark_baseline_child(
-    input_path: str, work: str, warmups: int, runs: int, driver_memory: str
-) -> None:
+def spark_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The ``spark.*`` settings of both sides: herder's worker and plain Spark run on the
+    same master (``--spark-master``) or Spark Connect server (``--spark-remote``)."""
+    settings = {"spark.driver.memory": args.driver_memory}
+    if args.spark_remote:
+        settings["spark.remote"] = args.spark_remote
+    else:
+        settings["spark.master"] = args.spark_master
+    return settings
+
+
+def spark_baseline_child(input_path: str, work: str, warmups: int, runs: int, spark: str) -> None:
     """Runs in a process of its own: plain Spark's two persisting jobs, timed."""
     from herder.dataplane.spark import SparkRuntime, SparkSettings
 
-    settings = SparkSettings.from_properties({"spark.driver.memory": driver_memory})
+    settings = SparkSettings.from_properties(json.loads(spark))
     spark = SparkRuntime(settings).session
     results = []
     for run in range(warmups + runs):
@@ -207,7 +222,7 @@ def run_spark_baseline(args: argparse.Namespace, input_path: Path, work: Path) -
         str(work),
         str(args.warmup_runs),
         str(args.runs),
-        args.driver_memory,
+        json.dumps(spark_settings(args)),
     ]
     figures = _procs.child_json(command, 1800, "the plain Spark run")
     best = min(figures["runs"], key=lambda r: r["seconds"])
@@ -273,7 +288,12 @@ class Herder:
     """One ensemble server and one worker, and the worker's REST API."""
 
     def __init__(
-        self, services: _procs.Services, work: Path, driver_memory: str, log_level: str = "INFO"
+        self,
+        services: _procs.Services,
+        work: Path,
+        driver_memory: str,
+        log_level: str = "INFO",
+        spark: Mapping[str, str] | None = None,
     ) -> None:
         self.server, client_port = start_ensemble(services, work)
         rest_port = _procs.free_port()
@@ -287,6 +307,11 @@ class Herder:
             "spark.master": "local[*]",
             "spark.driver.memory": driver_memory,
         }
+        if spark is not None:
+            props = {k: v for k, v in props.items() if not k.startswith("spark.")}
+            # a cluster given by address runs on this machine's files (as the plain Spark
+            # side does): the operator vouches that its executors see them
+            props.update({**spark, "storage.root.shared": "true"})
         worker_config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         command = [*HERDER, "--log-level", log_level, "worker", "start"]
         with _procs.children_ignore_sigint():
@@ -511,6 +536,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "line_bytes": args.line_bytes,
         "sink_consumer_max_records": args.consumer_max_records or "runtime default",
         "machine": _procs.machine_info(),
+        "spark_on": args.spark_remote or args.spark_master,
     }
     try:
         baseline_input = work / "spark-input.txt"
@@ -520,7 +546,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         figures["spark"] = spark
         _procs.progress(f"plain Spark: {spark['records_per_s']:,} lines/s")
         with _procs.Services(work) as services:
-            herder = Herder(services, work, args.driver_memory, args.worker_log_level)
+            herder = Herder(
+                services, work, args.driver_memory, args.worker_log_level, spark_settings(args)
+            )
             try:
                 # as long as measured runs: Spark's big jobs compile and JIT their code
                 # over several runs, and plain Spark gets the same untimed warm-up
@@ -611,6 +639,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency-rate", type=float, default=5.0)
     parser.add_argument("--consumer-max-records", type=int, default=None)
     parser.add_argument("--keep-work-dir", action="store_true")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--spark-master",
+        default="local[*]",
+        help="where both sides run their jobs: local[*] (default) or a cluster's master, "
+        "e.g. spark://127.0.0.1:7077, whose executors see this machine's files",
+    )
+    where.add_argument(
+        "--spark-remote", default=None, help="a Spark Connect server for both sides: sc://host:port"
+    )
     parser.add_argument(
         "--worker-log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from zlib import crc32
 
@@ -219,16 +220,13 @@ def test_spark_settings_from_worker_properties() -> None:
         SparkSettings.from_properties({"dataplane.job.threads": "0"})
 
 
-def test_spark_connect_without_its_client_libraries_is_one_clear_error() -> None:
-    pytest.importorskip("pyspark")
-    try:
-        import grpc  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("Spark Connect's client libraries are installed here")
+def test_spark_connect_without_its_client_libraries_is_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # as if gRPC were not installed: importing it raises ImportError
+    monkeypatch.setitem(sys.modules, "grpc", None)
     runtime = SparkRuntime(SparkSettings.from_properties({"spark.remote": "sc://127.0.0.1:1"}))
-    with pytest.raises(ConfigError, match=r"pyspark\[connect\]"):
+    with pytest.raises(ConfigError, match=r"pip install 'herder\[connect\]'"):
         runtime.start()
 
 

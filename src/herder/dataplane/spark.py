@@ -25,11 +25,11 @@ afterwards because the threads are reused.
 **Spark Connect** (``spark.remote=sc://host:port``) goes to
 ``SparkSession.builder.remote``; the other ``spark.*`` keys are sent as session
 configs (static ones such as ``spark.master`` must be set on the server instead).
-It needs the ``pyspark[connect]`` extra here, and the Connect server's Python needs
-herder and the connectors installed. What it cannot do: there is no SparkContext on
-the client, so **no per-task scheduler pools** (:meth:`SparkRuntime.pool` does
-nothing: every task's jobs share the server's default pool) and no job cancellation by
-pool; the server's own log level and UI settings apply.
+It needs herder's ``connect`` extra (``pip install 'herder[connect]'``) here, and the
+Connect server's Python needs herder and the connectors installed. What it cannot do:
+there is no SparkContext on the client, so **no per-task scheduler pools**
+(:meth:`SparkRuntime.pool` does nothing: every task's jobs share the server's default
+pool) and no job cancellation by pool; the server's own log level and UI settings apply.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ class SparkRuntime:
             except ImportError as exc:
                 raise ConfigError(
                     "spark.remote needs Spark Connect's client libraries: "
-                    "pip install 'pyspark[connect]==4.3.0'"
+                    "pip install 'herder[connect]' (or 'pyspark[connect]==4.3.0')"
                 ) from exc
             builder = SparkSession.builder.remote(settings.remote)
         else:
