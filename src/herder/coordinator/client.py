@@ -29,6 +29,7 @@ from herder.errors import (
     error_from_code,
 )
 from herder.wire import Api, ApiRegistry, WireClient
+from herder.wire.auth import ClientSecurity
 
 Resp = TypeVar("Resp", bound=msgspec.Struct)
 
@@ -43,9 +44,16 @@ class CoordinatorConnections:
     ``maxClientCnxns``. FindCoordinator goes to any server over the same connections.
     """
 
-    def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        request_timeout_ms: int = 30_000,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.servers = parse_bootstrap(bootstrap)
         self.request_timeout_ms = request_timeout_ms
+        self.security = security
         self._registry = ApiRegistry(apis.COORDINATOR_APIS)
         self._wires: dict[tuple[str, int], WireClient] = {}
         #: every wire made, in use or forgotten, for close() to end them all
@@ -60,6 +68,7 @@ class CoordinatorConnections:
                 self._registry,
                 connect_timeout=3,
                 request_timeout=self.request_timeout_ms / 1000,
+                security=self.security,
             )
             self._wires[(host, port)] = wire
             self._made.append(wire)
@@ -165,10 +174,14 @@ class CoordinatorClient:
     """Administrative requests to the coordinator: list, describe, delete groups, fencing."""
 
     def __init__(
-        self, bootstrap: str | Sequence[str], *, connections: CoordinatorConnections | None = None
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        connections: CoordinatorConnections | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._owns_connections = connections is None
-        self._connections = connections or CoordinatorConnections(bootstrap)
+        self._connections = connections or CoordinatorConnections(bootstrap, security=security)
         self._link = CoordinatorLink(self._connections, "", "administrative requests")
 
     async def request(self, api: Api[Any, Resp], body: msgspec.Struct) -> Resp:
