@@ -1,8 +1,9 @@
 """The options every command that talks to the ensemble takes to reach a secured one.
 
-``--cacert``/``--cert``/``--key`` turn TLS on (for the servers' ``secureClientPort``;
+``--cacert``/``--cert``/``--cert-key`` turn TLS on (for the servers' ``secureClientPort``;
 ``--tls`` alone trusts the system's CAs), ``--user``/``--password`` authenticate as a
-user of the servers' ``sasl.users.file``. Each has an environment variable,
+user of the servers' ``sasl.users.file``. (``--cert-key``, not the REST commands'
+``--key``: ``herder logs append`` has a ``--key`` of its own, the record's.) Each has an environment variable,
 ``HERDER_ENSEMBLE_CACERT`` … ``HERDER_ENSEMBLE_PASSWORD``, as the REST options have
 ``HERDER_CACERT`` ….
 """
@@ -25,7 +26,7 @@ _OPTIONS = (
     ("--tls", "TLS to the ensemble's secure client port, trusting the system's CAs", True),
     ("--cacert", "PEM file of the CA that signs the ensemble servers' certificates", False),
     ("--cert", "PEM client certificate, for servers with ssl.clientAuth=want|need", False),
-    ("--key", "the private key of --cert, unless --cert holds it too", False),
+    ("--cert-key", "the private key of --cert, unless --cert holds it too", False),
     ("--user", "a user of the servers' sasl.users.file", False),
     ("--password", "that user's password", False),
 )
@@ -40,7 +41,7 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 def ensemble_security_options(command: F) -> F:
     """Add the ensemble's TLS and authentication options to ``command``."""
     for flag, text, is_flag in reversed(_OPTIONS):
-        env = f"HERDER_ENSEMBLE_{flag[2:].upper()}"
+        env = f"HERDER_ENSEMBLE_{flag[2:].upper().replace('-', '_')}"
         command = click.option(
             flag,
             is_flag=is_flag,
@@ -57,7 +58,7 @@ def ensemble_security() -> ClientSecurity | None:
     """What the current command's options ask for (None: plain, anonymous)."""
     ctx = click.get_current_context(silent=True)
     given: dict[str, Any] = ctx.meta.get(_META, {}) if ctx is not None else {}
-    cacert, cert, key = given.get("cacert"), given.get("cert"), given.get("key")
+    cacert, cert, key = given.get("cacert"), given.get("cert"), given.get("cert_key")
     user, password = given.get("user"), given.get("password")
     context = None
     if given.get("tls") or cacert or cert:
@@ -67,8 +68,8 @@ def ensemble_security() -> ClientSecurity | None:
                 context.load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as exc:
             raise HerderError(
-                f"cannot load --cacert/--cert/--key: {exc}; give PEM files (--cert with the "
-                "certificate, --key with its private key unless --cert holds both)"
+                f"cannot load --cacert/--cert/--cert-key: {exc}; give PEM files (--cert with "
+                "the certificate, --cert-key with its private key unless --cert holds both)"
             ) from None
     if context is None and user is None:
         return None

@@ -294,6 +294,14 @@ class WireClient:
             # TLS 1.3: a server that refuses our certificate says so after our handshake
             # finished, on the first read
             refusal = TlsHandshakeFailed(self._tls_failure(exc))
+        elif refusal is None and self.security.ssl_context is not None and not self._negotiated:
+            # a TLS 1.3 server that refuses our certificate closes without a word, right
+            # after the handshake; retriable still, as a server stopping then would be
+            refusal = NetworkError(
+                f"{self.address} closed the connection right after the TLS handshake: it "
+                "may have refused our certificate (signed by a CA it does not trust, or "
+                "expired) or required one; check --cert/--key (ensemble.ssl.keystore.location)"
+            )
         for _, future in pending.values():
             if not future.done():
                 future.set_exception(

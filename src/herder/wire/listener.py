@@ -80,6 +80,10 @@ def describe_tls_failure(exc: BaseException) -> str:
         return f"TLS handshake failed ({reason})"
     if isinstance(exc, TimeoutError):
         return "TLS handshake timed out"
+    if isinstance(exc, ConnectionError | EOFError):
+        return (
+            "it closed the connection during the TLS handshake (it may not trust our certificate)"
+        )
     return f"connection failed during the TLS handshake ({exc})"
 
 

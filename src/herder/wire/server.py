@@ -173,6 +173,13 @@ class _ServerProtocol(asyncio.Protocol):
                     "a TLS handshake on a plaintext port (connect to the secure port, or "
                     "without TLS)",
                 )
+                # a frame where a TLS record should be: the client's TLS fails at once
+                # with a wrong-version error instead of waiting for a handshake
+                self._send(
+                    encode_response(
+                        0, None, ErrorCode.INVALID_REQUEST, "this port takes plaintext only"
+                    )
+                )
                 self._transport_close()
                 return
         try:
