@@ -3,9 +3,9 @@
 ``--cacert``/``--cert``/``--cert-key`` turn TLS on (for the servers' ``secureClientPort``;
 ``--tls`` alone trusts the system's CAs), ``--user``/``--password`` authenticate as a
 user of the servers' ``sasl.users.file``. (``--cert-key``, not the REST commands'
-``--key``: ``herder logs append`` has a ``--key`` of its own, the record's.) Each has an environment variable,
-``HERDER_ENSEMBLE_CACERT`` … ``HERDER_ENSEMBLE_PASSWORD``, as the REST options have
-``HERDER_CACERT`` ….
+``--key``: ``herder logs append`` has a ``--key`` of its own, the record's.) Each has an
+environment variable, ``HERDER_ENSEMBLE_CACERT`` … ``HERDER_ENSEMBLE_PASSWORD``, as the
+REST options have ``HERDER_CACERT`` ….
 """
 
 from __future__ import annotations
