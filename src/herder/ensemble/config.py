@@ -281,6 +281,11 @@ class EnsembleConfig:
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> EnsembleConfig:
         props = resolve(dict(props))
+        if str(props.get("quorum.auth.enableSasl", "false")).strip().lower() == "true":
+            raise ConfigError(
+                "quorum.auth.enableSasl is not supported: servers authenticate each other by "
+                "certificate, with sslQuorum=true and ssl.quorum.keyStore/trustStore.location"
+            )
         values = ENSEMBLE_CONFIG.parse({k: v for k, v in props.items() if k in ENSEMBLE_CONFIG})
         tick = values["tickTime"]
         data_dir = Path(values["dataDir"]).expanduser()

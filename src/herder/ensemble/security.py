@@ -26,7 +26,7 @@ from typing import Any
 
 from herder.config import ConfigDef, Importance, Range, Type
 from herder.errors import ConfigError
-from herder.wire.auth import AccessPolicy, ClientSecurity
+from herder.wire.auth import SCHEMES, AccessPolicy, ClientSecurity
 from herder.wire.tls import PemStores, SettingNames
 
 #: ``ssl.clientAuth``: whether clients must present a certificate
@@ -176,7 +176,13 @@ class EnsembleSecurity:
                     "certificate and key) and ssl.quorum.trustStore.location (the CA that "
                     "signs every server's certificate)"
                 )
-        schemes = values["enforce.auth.schemes"]
+        schemes = [s.strip().lower() for s in values["enforce.auth.schemes"] if s.strip()]
+        unknown = sorted(set(schemes) - SCHEMES)
+        if unknown:
+            raise ConfigError(
+                f"Invalid value {','.join(unknown)} for configuration enforce.auth.schemes: "
+                "the schemes are sasl and x509"
+            )
         access = None
         if (
             values["enforce.auth.enabled"]
