@@ -146,6 +146,10 @@ class TlsListener:
                 log.warning("accepting %s failed: %s", self._what, exc)
                 await asyncio.sleep(0.1)
                 continue
+            # asyncio sets TCP_NODELAY only on sockets whose proto says TCP, which those
+            # of socket.create_server do not: without it every small answer after the
+            # handshake waits for a delayed ACK (tens of milliseconds)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = f"{address[0]}:{address[1]}"
             task = loop.create_task(self._sort(sock, peer))
             self._tasks.add(task)
