@@ -108,3 +108,23 @@ async def test_a_server_without_users_says_so(pki: Pki) -> None:
             await ask(port, ClientSecurity(None, "w", "pw"))
     finally:
         await server.stop()
+
+
+def test_each_refusal_is_logged_once_per_host_and_reason(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from herder.wire.listener import RefusalLog
+
+    refusals = RefusalLog(logging.getLogger("test.refusals"))
+    with caplog.at_level(logging.DEBUG, logger="test.refusals"):
+        for port in (1000, 1001, 1002):
+            refusals.refused("connection", f"10.0.0.1:{port}", "bad certificate")
+        refusals.refused("connection", "10.0.0.2:1000", "bad certificate")
+        refusals.refused("connection", "10.0.0.1:1003", "wrong password")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "refusing connection from 10.0.0.1:1000: bad certificate",
+        "refusing connection from 10.0.0.2:1000: bad certificate",
+        "refusing connection from 10.0.0.1:1003: wrong password",
+    ]
+    assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 2
