@@ -220,6 +220,18 @@ def test_cli_with_credentials_and_one_line_refusals(
         assert len(lines) == 1 and says in lines[0], refused.stderr
         assert lines[0].startswith("error: ")
 
+    # the coordinator's commands refuse the same way, at once rather than after --timeout
+    groups = subprocess.run(
+        [*HERDER, "groups", "list", *tls_args, "--user", "writer", "--password", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert groups.returncode == 1 and "wrong user or password" in groups.stderr, groups.stderr
+    assert len(groups.stderr.strip().splitlines()) == 1
+    assert "no coordinator" not in groups.stderr  # not retried as if the coordinator moved
+
     # the same through the environment, as the REST options take theirs
     env_run = subprocess.run(
         [*HERDER, "ensemble", "status", "--bootstrap", server.bootstrap, "--json"],

@@ -22,9 +22,13 @@ from herder.coordinator import apis
 from herder.coordinator import messages as m
 from herder.ensemble.client import parse_bootstrap
 from herder.errors import (
+    AuthenticationFailed,
     CoordinatorNotAvailable,
     ErrorCode,
     HerderError,
+    NotAuthorized,
+    TlsHandshakeFailed,
+    TlsRequired,
     UnsupportedVersion,
     error_from_code,
 )
@@ -32,6 +36,9 @@ from herder.wire import Api, ApiRegistry, WireClient
 from herder.wire.auth import ClientSecurity
 
 Resp = TypeVar("Resp", bound=msgspec.Struct)
+
+#: refusals of who we are, not of where we asked: no other server would answer otherwise
+_REFUSED_FOR_GOOD = (AuthenticationFailed, NotAuthorized, TlsHandshakeFailed, TlsRequired)
 
 
 class CoordinatorConnections:
@@ -85,6 +92,8 @@ class CoordinatorConnections:
                 found = await probe.request(
                     apis.FIND_COORDINATOR, apis.FindCoordinatorRequest(key=key), timeout=5
                 )
+            except _REFUSED_FOR_GOOD:
+                raise  # the next server would refuse the same credentials
             except (HerderError, OSError) as exc:
                 last = exc
                 continue
