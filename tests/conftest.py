@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-pytest_plugins = ["tests.harness"]
+pytest_plugins = ["tests.harness", "tests.fixtures.pki"]
 
 
 @pytest.hookimpl(tryfirst=True)

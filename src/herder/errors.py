@@ -37,8 +37,10 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
+    CLUSTER_AUTHORIZATION_FAILED = 31  # the principal may not do this (a write)
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
+    SASL_AUTHENTICATION_FAILED = 58  # wrong or missing credentials
     NON_EMPTY_GROUP = 68
     INVALID_RECORD = 87  # a record failed conversion or a transform
     GROUP_ID_NOT_FOUND = 69
@@ -68,6 +70,7 @@ class ErrorCode(IntEnum):
     WRONG_WORKER = 1018  # the request belongs to another worker of the group
     UNKNOWN_PLUGIN = 1019
     FORBIDDEN = 1020  # the worker is configured not to allow the request
+    TLS_REQUIRED = 1021  # a plaintext client on a port that takes TLS only
 
 
 class HerderError(Exception):
@@ -305,6 +308,46 @@ class NotSupported(HerderError):
 class ServerStopping(RetriableError):
     code = ErrorCode.SERVER_STOPPING
     http_status = 503
+
+
+class AuthenticationFailed(HerderError):
+    """A server refused the credentials a client gave, or required some it did not."""
+
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
+    http_status = 401
+    advice = (
+        "give a user of the server's users file with --user/--password "
+        "(ensemble.sasl.username/ensemble.sasl.password in a worker's config), or a client "
+        "certificate the server trusts"
+    )
+
+
+class NotAuthorized(HerderError):
+    """An authenticated principal asked for something its role does not allow."""
+
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    http_status = 403
+    advice = "connect as a principal with the write role (the server's users file or x509.writers)"
+
+
+class TlsRequired(HerderError):
+    """A plaintext client reached a port that takes TLS only."""
+
+    code = ErrorCode.TLS_REQUIRED
+    advice = (
+        "connect with TLS: --cacert (and --cert/--key if the server asks for a certificate), "
+        "or ensemble.security.protocol=SSL in a worker's config"
+    )
+
+
+class TlsHandshakeFailed(HerderError):
+    """A TLS handshake with a server failed: an untrusted certificate, or not a TLS port."""
+
+    code = ErrorCode.NETWORK_EXCEPTION
+    advice = (
+        "pass --cacert with the CA that signed the server's certificate and --cert/--key if "
+        "it requires one (ensemble.ssl.* in a worker's config), and connect to its TLS port"
+    )
 
 
 def with_advice(error: HerderError) -> str:

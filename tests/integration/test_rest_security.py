@@ -9,148 +9,22 @@ connectors' tasks running proves worker-to-worker requests work with the securit
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
-import ssl
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.fixtures.pki import Pki
 from tests.harness import HERDER, Processes, free_port, wait_until
 from tests.integration.conftest import ServerHandle, make_server
-
-cryptography = pytest.importorskip("cryptography")
-
-from cryptography import x509  # noqa: E402
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 CONNECTOR = "tests.fixtures.connectors.MarkerSourceConnector"
 BASIC_AUTH = "org.apache.kafka.connect.rest.basic.auth.extension.BasicAuthSecurityRestExtension"
 SECRET = "s3cr3t-value-never-shown"
-
-
-# -- certificates --------------------------------------------------------------------------
-
-
-@dataclass
-class Authority:
-    key: ec.EllipticCurvePrivateKey
-    cert: x509.Certificate
-    path: Path
-
-
-def _name(common: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-
-def _authority(directory: Path, common: str) -> Authority:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(common))
-        .issuer_name(_name(common))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )  # fmt: skip
-    path = directory / f"{common}.pem"
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return Authority(key, cert, path)
-
-
-def _issue(ca: Authority, directory: Path, common: str, password: bytes | None = None) -> Path:
-    """A PEM file with a certificate for 127.0.0.1 signed by ``ca`` and its private key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(common))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(
-            x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-            ),
-            critical=False,
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False
-        )
-        .sign(ca.key, hashes.SHA256())
-    )  # fmt: skip
-    encryption: serialization.KeySerializationEncryption = (
-        serialization.BestAvailableEncryption(password)
-        if password
-        else serialization.NoEncryption()
-    )
-    path = directory / f"{common}.pem"
-    path.write_bytes(
-        cert.public_bytes(serialization.Encoding.PEM)
-        + key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
-        )
-    )
-    return path
-
-
-@dataclass
-class Pki:
-    ca: Authority
-    stranger: Authority
-    worker: Path
-    client: Path
-    untrusted_client: Path
-
-    def client_context(self, cert: Path | None = None, ca: Path | None = None) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=str(ca or self.ca.path))
-        if cert is not None:
-            context.load_cert_chain(str(cert))
-        return context
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    directory = tmp_path / "pki"
-    directory.mkdir()
-    ca = _authority(directory, "herder-test-ca")
-    stranger = _authority(directory, "stranger-ca")
-    return Pki(
-        ca=ca,
-        stranger=stranger,
-        worker=_issue(ca, directory, "worker", password=b"keypass"),
-        client=_issue(ca, directory, "client"),
-        untrusted_client=_issue(stranger, directory, "untrusted-client"),
-    )
 
 
 # -- workers -------------------------------------------------------------------------------

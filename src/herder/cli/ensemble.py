@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 import msgspec
 
+from herder.cli.ensemble_security import ensemble_security, ensemble_security_options
 from herder.cli.output import bootstrap_option, json_option, print_json, print_table
 from herder.ensemble.client import NO_ENSEMBLE_ADVICE, parse_bootstrap, server_status
 from herder.ensemble.config import EnsembleConfig
@@ -46,6 +47,7 @@ def start(config_path: Path) -> None:
 
 @ensemble.command()
 @bootstrap_option
+@ensemble_security_options
 @json_option
 def status(bootstrap: str, as_json: bool) -> None:
     """A row per server: id, role, epoch, last and committed zxid."""
@@ -93,6 +95,7 @@ def _zxid(value: object) -> str:
 
 async def _statuses(bootstrap: str) -> list[dict[str, object]]:
     addresses = [f"{h}:{p}" for h, p in parse_bootstrap(bootstrap)]
+    security = ensemble_security()
     seen: dict[str, dict[str, object]] = {}
     queue = list(addresses)
     while queue:
@@ -100,7 +103,7 @@ async def _statuses(bootstrap: str) -> list[dict[str, object]]:
         if address in seen:
             continue
         try:
-            st = await server_status(address)
+            st = await server_status(address, security=security)
         except HerderError as exc:
             seen[address] = {"address": address, "error": str(exc)}
             continue

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
+from herder.cli.ensemble_security import ensemble_security, ensemble_security_options
 from herder.cli.output import (
     bootstrap_option,
     json_option,
@@ -75,8 +76,9 @@ async def _with_coordinator(
     """Run ``work``, retrying it while the coordinator is unreachable, moving or loading."""
     deadline = time.monotonic() + timeout
     delay = 0.1
+    security = ensemble_security()
     while True:
-        client = CoordinatorClient(bootstrap)
+        client = CoordinatorClient(bootstrap, security=security)
         try:
             return await work(client)
         except HerderError as exc:
@@ -111,6 +113,7 @@ def _check(code: int, what: str) -> None:
     "Stable; any case); repeat for several.",
 )
 @bootstrap_option
+@ensemble_security_options
 @json_option
 def list_(states: tuple[str, ...], bootstrap: str, as_json: bool) -> None:
     """List every group (or those in --state) with its protocol type and state."""
@@ -175,6 +178,7 @@ def _human_bytes(data: bytes) -> str:
 @groups.command()
 @click.argument("group_id", metavar="GROUP")
 @bootstrap_option
+@ensemble_security_options
 @json_option
 def describe(group_id: str, bootstrap: str, as_json: bool) -> None:
     """Describe GROUP: state, generation, leader, members and committed offsets.
@@ -243,6 +247,7 @@ def describe(group_id: str, bootstrap: str, as_json: bool) -> None:
 @groups.command()
 @click.argument("group_id", metavar="GROUP")
 @bootstrap_option
+@ensemble_security_options
 @json_option
 def delete(group_id: str, bootstrap: str, as_json: bool) -> None:
     """Delete GROUP and its committed offsets; only a group with no members (Empty)."""

@@ -8,6 +8,7 @@ import threading
 
 import click
 
+from herder.cli.ensemble_security import ensemble_security, ensemble_security_options
 from herder.cli.output import (
     bootstrap_option,
     json_option,
@@ -42,6 +43,7 @@ def _client(bootstrap: str) -> EnsembleClient:
         name="herder-cli",
         session_timeout_ms=10_000,
         give_up_after=settings.get("timeout", 15.0),
+        security=ensemble_security(),
     )
 
 
@@ -62,6 +64,7 @@ def _info(info: LogInfo) -> dict[str, object]:
 @click.argument("name")
 @click.option("--compacted", is_flag=True, help="Keep only the latest record per key.")
 @bootstrap_option
+@ensemble_security_options
 @json_option
 def create(name: str, compacted: bool, bootstrap: str, as_json: bool) -> None:
     """Create log NAME."""
@@ -80,6 +83,7 @@ def create(name: str, compacted: bool, bootstrap: str, as_json: bool) -> None:
 
 @logs.command("list")
 @bootstrap_option
+@ensemble_security_options
 @json_option
 def list_(bootstrap: str, as_json: bool) -> None:
     """List every log."""
@@ -106,6 +110,7 @@ def list_(bootstrap: str, as_json: bool) -> None:
 @logs.command()
 @click.argument("name")
 @bootstrap_option
+@ensemble_security_options
 @json_option
 def describe(name: str, bootstrap: str, as_json: bool) -> None:
     """Describe log NAME."""
@@ -133,6 +138,7 @@ def describe(name: str, bootstrap: str, as_json: bool) -> None:
     "--in-flight", default=500, show_default=True, help="With --stdin, appends awaiting answers."
 )
 @bootstrap_option
+@ensemble_security_options
 def append(
     name: str,
     key: str | None,
@@ -217,6 +223,7 @@ def _record_json(record: Record) -> dict[str, object]:
 @click.option("--max", "max_records", type=int, default=None, help="Stop after this many records.")
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records.")
 @bootstrap_option
+@ensemble_security_options
 def read(
     name: str, from_offset: int, max_records: int | None, follow: bool, bootstrap: str
 ) -> None:

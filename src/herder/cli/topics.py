@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from herder.cli.ensemble_security import ensemble_security, ensemble_security_options
 from herder.cli.output import (
     bootstrap_option,
     json_option,
@@ -65,6 +66,7 @@ async def _topics(bootstrap: str, storage_root: str | None = None) -> AsyncItera
         name="herder-cli",
         session_timeout_ms=10_000,
         give_up_after=settings.get("timeout", 15.0),
+        security=ensemble_security(),
     )
     storage = Storage(storage_root) if storage_root else None
     async with client:
@@ -131,6 +133,7 @@ def _partition(state: PartitionState) -> dict[str, Any]:
 @click.option("--config", "-c", "configs", multiple=True, help="A topic config, KEY=VALUE.")
 @click.option("--if-not-exists", is_flag=True, help="Succeed if the topic already exists.")
 @bootstrap_option
+@ensemble_security_options
 @json_option
 def create(
     name: str,
@@ -159,6 +162,7 @@ def create(
 
 @topics.command("list")
 @bootstrap_option
+@ensemble_security_options
 @json_option
 def list_(bootstrap: str, as_json: bool) -> None:
     """List every topic."""
@@ -185,6 +189,7 @@ def list_(bootstrap: str, as_json: bool) -> None:
 @topics.command()
 @click.argument("name")
 @bootstrap_option
+@ensemble_security_options
 @json_option
 def describe(name: str, bootstrap: str, as_json: bool) -> None:
     """Describe topic NAME: its configs, and each partition's offsets, segments and bytes."""
@@ -218,6 +223,7 @@ def describe(name: str, bootstrap: str, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--keep-files", is_flag=True, help="Delete the metadata only; leave the files.")
 @bootstrap_option
+@ensemble_security_options
 @storage_root_option
 def delete(name: str, keep_files: bool, bootstrap: str, storage_root: str | None) -> None:
     """Delete topic NAME and its segment files."""
@@ -244,6 +250,7 @@ def delete(name: str, keep_files: bool, bootstrap: str, storage_root: str | None
     help="Stop once no record arrived for this long (default: keep waiting).",
 )
 @bootstrap_option
+@ensemble_security_options
 @storage_root_option
 def consume(
     name: str,

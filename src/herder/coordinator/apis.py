@@ -39,16 +39,18 @@ class FindCoordinatorResponse(msgspec.Struct, kw_only=True):
 # epoch on committed offsets. A static member must see version 1 negotiated: a server
 # that speaks only 0 would ignore its instance id and treat it as a dynamic member.
 FIND_COORDINATOR = Api(10, "FindCoordinator", FindCoordinatorRequest, FindCoordinatorResponse)
-OFFSET_COMMIT = Api(8, "OffsetCommit", m.OffsetCommitRequest, m.OffsetCommitResponse, 0, 1)
+OFFSET_COMMIT = Api(
+    8, "OffsetCommit", m.OffsetCommitRequest, m.OffsetCommitResponse, 0, 1, writes=True
+)
 OFFSET_FETCH = Api(9, "OffsetFetch", m.OffsetFetchRequest, m.OffsetFetchResponse, 0, 1)
-JOIN_GROUP = Api(11, "JoinGroup", m.JoinGroupRequest, m.JoinGroupResponse, 0, 1)
-HEARTBEAT = Api(12, "Heartbeat", m.HeartbeatRequest, m.HeartbeatResponse, 0, 1)
-LEAVE_GROUP = Api(13, "LeaveGroup", m.LeaveGroupRequest, m.LeaveGroupResponse, 0, 1)
-SYNC_GROUP = Api(14, "SyncGroup", m.SyncGroupRequest, m.SyncGroupResponse, 0, 1)
+JOIN_GROUP = Api(11, "JoinGroup", m.JoinGroupRequest, m.JoinGroupResponse, 0, 1, writes=True)
+HEARTBEAT = Api(12, "Heartbeat", m.HeartbeatRequest, m.HeartbeatResponse, 0, 1, writes=True)
+LEAVE_GROUP = Api(13, "LeaveGroup", m.LeaveGroupRequest, m.LeaveGroupResponse, 0, 1, writes=True)
+SYNC_GROUP = Api(14, "SyncGroup", m.SyncGroupRequest, m.SyncGroupResponse, 0, 1, writes=True)
 DESCRIBE_GROUPS = Api(15, "DescribeGroups", m.DescribeGroupsRequest, m.DescribeGroupsResponse, 0, 1)
 LIST_GROUPS = Api(16, "ListGroups", m.ListGroupsRequest, m.ListGroupsResponse, 0, 1)
-DELETE_GROUPS = Api(42, "DeleteGroups", m.DeleteGroupsRequest, m.DeleteGroupsResponse)
-INIT_FENCING = Api(22, "InitFencing", m.InitFencingRequest, m.InitFencingResponse)
+DELETE_GROUPS = Api(42, "DeleteGroups", m.DeleteGroupsRequest, m.DeleteGroupsResponse, writes=True)
+INIT_FENCING = Api(22, "InitFencing", m.InitFencingRequest, m.InitFencingResponse, writes=True)
 
 #: the APIs the coordinator core answers (FindCoordinator is answered by every server)
 GROUP_APIS: list[Api[Any, Any]] = [

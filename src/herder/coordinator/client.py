@@ -22,15 +22,23 @@ from herder.coordinator import apis
 from herder.coordinator import messages as m
 from herder.ensemble.client import parse_bootstrap
 from herder.errors import (
+    AuthenticationFailed,
     CoordinatorNotAvailable,
     ErrorCode,
     HerderError,
+    NotAuthorized,
+    TlsHandshakeFailed,
+    TlsRequired,
     UnsupportedVersion,
     error_from_code,
 )
 from herder.wire import Api, ApiRegistry, WireClient
+from herder.wire.auth import ClientSecurity
 
 Resp = TypeVar("Resp", bound=msgspec.Struct)
+
+#: refusals of who we are, not of where we asked: no other server would answer otherwise
+_REFUSED_FOR_GOOD = (AuthenticationFailed, NotAuthorized, TlsHandshakeFailed, TlsRequired)
 
 
 class CoordinatorConnections:
@@ -43,9 +51,16 @@ class CoordinatorConnections:
     ``maxClientCnxns``. FindCoordinator goes to any server over the same connections.
     """
 
-    def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        request_timeout_ms: int = 30_000,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.servers = parse_bootstrap(bootstrap)
         self.request_timeout_ms = request_timeout_ms
+        self.security = security
         self._registry = ApiRegistry(apis.COORDINATOR_APIS)
         self._wires: dict[tuple[str, int], WireClient] = {}
         #: every wire made, in use or forgotten, for close() to end them all
@@ -60,6 +75,7 @@ class CoordinatorConnections:
                 self._registry,
                 connect_timeout=3,
                 request_timeout=self.request_timeout_ms / 1000,
+                security=self.security,
             )
             self._wires[(host, port)] = wire
             self._made.append(wire)
@@ -76,6 +92,8 @@ class CoordinatorConnections:
                 found = await probe.request(
                     apis.FIND_COORDINATOR, apis.FindCoordinatorRequest(key=key), timeout=5
                 )
+            except _REFUSED_FOR_GOOD:
+                raise  # the next server would refuse the same credentials
             except (HerderError, OSError) as exc:
                 last = exc
                 continue
@@ -165,10 +183,14 @@ class CoordinatorClient:
     """Administrative requests to the coordinator: list, describe, delete groups, fencing."""
 
     def __init__(
-        self, bootstrap: str | Sequence[str], *, connections: CoordinatorConnections | None = None
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        connections: CoordinatorConnections | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._owns_connections = connections is None
-        self._connections = connections or CoordinatorConnections(bootstrap)
+        self._connections = connections or CoordinatorConnections(bootstrap, security=security)
         self._link = CoordinatorLink(self._connections, "", "administrative requests")
 
     async def request(self, api: Api[Any, Resp], body: msgspec.Struct) -> Resp:

@@ -125,8 +125,12 @@ class TaskExecutions(ExecutionFactory):
         self.retention_interval_ms = _int(
             config.originals, RETENTION_CHECK_INTERVAL, DEFAULT_RETENTION_CHECK_INTERVAL_MS
         )
-        self.client = EnsembleClient(config.bootstrap, name="herder-tasks")
-        self.connections = CoordinatorConnections(config.bootstrap)
+        self.client = EnsembleClient(
+            config.bootstrap, name="herder-tasks", security=config.ensemble_security
+        )
+        self.connections = CoordinatorConnections(
+            config.bootstrap, security=config.ensemble_security
+        )
         self.coordinator = CoordinatorClient(config.bootstrap, connections=self.connections)
         self.offsets = OffsetStore(self.client, config.offset_log)
         self.batches = _BatchMarkers(self.client)

@@ -163,7 +163,7 @@ class StatusResponse(_Msg):
 CONNECT_SESSION = Api(100, "ConnectSession", ConnectSessionRequest, ConnectSessionResponse)
 PING_SESSION = Api(101, "PingSession", PingSessionRequest, PingSessionResponse)
 CLOSE_SESSION = Api(102, "CloseSession", CloseSessionRequest, CloseSessionResponse)
-TRANSACT = Api(110, "Transact", TransactRequest, TransactResponse)
+TRANSACT = Api(110, "Transact", TransactRequest, TransactResponse, writes=True)
 LIST_LOGS = Api(111, "ListLogs", ListLogsRequest, ListLogsResponse)
 DESCRIBE_LOG = Api(112, "DescribeLog", DescribeLogRequest, DescribeLogResponse)
 READ_LOG = Api(113, "ReadLog", ReadLogRequest, ReadLogResponse)

@@ -35,6 +35,7 @@ from herder.errors import (
     UnknownSession,
 )
 from herder.wire import Api, ApiRegistry, WireClient
+from herder.wire.auth import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,11 @@ class EnsembleClient:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 2_000,
         give_up_after: float = 60.0,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.servers = parse_bootstrap(bootstrap)
+        #: TLS and credentials for every server (the ensemble's ``ensemble.ssl.*`` …)
+        self.security = security
         self.session_timeout_ms = session_timeout_ms
         self.name = name
         self.request_timeout = request_timeout
@@ -164,6 +168,7 @@ class EnsembleClient:
                     name=self.name,
                     connect_timeout=self.connect_timeout,
                     request_timeout=self.request_timeout,
+                    security=self.security,
                 )
                 try:
                     await wire.connect()
@@ -367,11 +372,18 @@ class EnsembleClient:
         return await self._call(apis.STATUS, apis.StatusRequest())
 
 
-async def server_status(address: str, timeout: float = 3.0) -> apis.StatusResponse:
+async def server_status(
+    address: str, timeout: float = 3.0, *, security: ClientSecurity | None = None
+) -> apis.StatusResponse:
     """Ask one server for its status, without opening a session."""
     ((host, port),) = parse_bootstrap(address)
     wire = WireClient(
-        host, port, ApiRegistry(apis.CLIENT_APIS), connect_timeout=timeout, request_timeout=timeout
+        host,
+        port,
+        ApiRegistry(apis.CLIENT_APIS),
+        connect_timeout=timeout,
+        request_timeout=timeout,
+        security=security,
     )
     try:
         return await wire.request(apis.STATUS, apis.StatusRequest())

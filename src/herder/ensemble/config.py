@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from herder.config import ConfigDef, Importance, Range, Type, load_properties, resolve
+from herder.ensemble.security import EnsembleSecurity, define_security
 from herder.errors import ConfigError
 
 DEFAULT_CLIENT_PORT = 2191
 
-ENSEMBLE_CONFIG = (
+ENSEMBLE_CONFIG = define_security(
     ConfigDef()
     .define(
         "dataDir",
@@ -265,6 +266,9 @@ class EnsembleConfig:
     #: (address, port) of the Prometheus metrics port, if it is on
     metrics_server: tuple[str, int] | None = None
     fsync_warning_ms: int = 1000
+    #: whether ``clientPort`` is served (a server with ``secureClientPort`` alone does not)
+    plaintext_client: bool = True
+    security: EnsembleSecurity = field(default_factory=EnsembleSecurity)
 
     @property
     def standalone(self) -> bool:
@@ -277,6 +281,11 @@ class EnsembleConfig:
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> EnsembleConfig:
         props = resolve(dict(props))
+        if str(props.get("quorum.auth.enableSasl", "false")).strip().lower() == "true":
+            raise ConfigError(
+                "quorum.auth.enableSasl is not supported: servers authenticate each other by "
+                "certificate, with sslQuorum=true and ssl.quorum.keyStore/trustStore.location"
+            )
         values = ENSEMBLE_CONFIG.parse({k: v for k, v in props.items() if k in ENSEMBLE_CONFIG})
         tick = values["tickTime"]
         data_dir = Path(values["dataDir"]).expanduser()
@@ -305,6 +314,20 @@ class EnsembleConfig:
         if me is not None and me.client_port and "clientPort" not in props:
             client_port = me.client_port
             client_address = me.client_host
+        security = EnsembleSecurity.from_values(values, client_address)
+        secure_port = security.secure_client_port
+        # with a secure port, the plaintext one is served only if the config asks for it
+        # (clientPort, or a server.N line naming another port than the secure one)
+        plaintext_client = secure_port is None or (
+            "clientPort" in props
+            or (me is not None and bool(me.client_port) and me.client_port != secure_port)
+        )
+        if plaintext_client and secure_port and client_port == secure_port:
+            raise ConfigError(
+                f"clientPort and secureClientPort are both {secure_port}: give them different "
+                "ports, or set client.portUnification=true and drop clientPort for one port "
+                "that takes both"
+            )
         return cls(
             data_dir=data_dir,
             data_log_dir=Path(values["dataLogDir"]).expanduser()
@@ -334,6 +357,8 @@ class EnsembleConfig:
             if values["metricsProvider.httpPort"] >= 0
             else None,
             fsync_warning_ms=values["fsync.warningthresholdms"],
+            plaintext_client=plaintext_client,
+            security=security,
         )
 
 

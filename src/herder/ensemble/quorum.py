@@ -19,6 +19,12 @@ carry their own session and sequence numbers. It reports a closed leader/learner
 connection (``on_lost``), so that a learner whose leader died goes back to election at
 once instead of waiting ``syncLimit`` ticks, as a ZooKeeper learner does when its
 socket closes.
+
+With ``sslQuorum`` both ports are TLS and both ends of every connection present a
+certificate the other checks against the quorum truststore (and, with hostname
+verification, that it names the ``server.N`` address dialled): a server whose certificate
+the ensemble does not trust cannot vote or follow. A refused handshake is logged once per
+peer and reason, on both sides.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import ssl
 import struct
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
@@ -35,6 +43,7 @@ import msgspec
 from herder.ensemble.config import PeerAddress
 from herder.ensemble.zab import Message
 from herder.ensemble.zab.messages import LearnerInfo, Notification, decode, encode
+from herder.wire.listener import HANDSHAKE_TIMEOUT_S, RefusalLog, TlsListener, describe_tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +93,7 @@ class QuorumNetwork:
         on_message: Callable[[int, Message], None],
         on_lost: Callable[[int], None],
         bind_host: str | None = None,
+        tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
     ) -> None:
         self.my_id = my_id
         self.peers = dict(peers)
@@ -100,6 +110,10 @@ class QuorumNetwork:
         #: leader side: the newest connection from each learner
         self._learners: dict[int, _Link] = {}
         self._servers: list[asyncio.Server] = []
+        #: (listening, connecting) TLS contexts with sslQuorum
+        self._tls = tls
+        self._listeners: list[TlsListener] = []
+        self._refusals = RefusalLog(log)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = False
 
@@ -108,16 +122,56 @@ class QuorumNetwork:
     async def start(self) -> None:
         me = self.peers[self.my_id]
         host = self._bind_host or me.host
-        self._servers.append(
-            await asyncio.start_server(self._accept_election, host, me.election_port)
-        )
-        self._servers.append(await asyncio.start_server(self._accept_quorum, host, me.quorum_port))
+        if self._tls is None:
+            self._servers.append(
+                await asyncio.start_server(self._accept_election, host, me.election_port)
+            )
+            self._servers.append(
+                await asyncio.start_server(self._accept_quorum, host, me.quorum_port)
+            )
+        else:
+            await self._listen_tls(
+                host, me.election_port, self._accept_election, "an election link"
+            )
+            await self._listen_tls(host, me.quorum_port, self._accept_quorum, "a quorum link")
         for sid in sorted(self.peers):
             if sid < self.my_id:
                 self._spawn(self._keep_election_link(sid))
 
+    async def _listen_tls(
+        self,
+        host: str,
+        port: int,
+        accept: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]],
+        what: str,
+    ) -> None:
+        assert self._tls is not None
+
+        async def on_tls(sock: socket.socket, peer: str) -> None:
+            loop = asyncio.get_running_loop()
+            reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
+            accepted = await listener.accept_tls(
+                sock, peer, lambda: asyncio.StreamReaderProtocol(reader, loop=loop)
+            )
+            if accepted is not None:
+                transport, protocol = accepted
+                await accept(reader, asyncio.StreamWriter(transport, protocol, reader, loop))
+
+        listener = TlsListener(
+            self._tls[0],
+            on_tls=on_tls,
+            on_plain=None,
+            refuse_plain=lambda peer: b"",
+            refusals=self._refusals,
+            what=f"{what} (sslQuorum)",
+        )
+        await listener.start(host, port)
+        self._listeners.append(listener)
+
     async def stop(self) -> None:
         self._stopped = True
+        for listener in self._listeners:
+            await listener.stop()
         for server in self._servers:
             server.close()
         for link in [*self._election.values(), *self._learners.values()]:
@@ -205,9 +259,26 @@ class QuorumNetwork:
         self, sid: int, port_of: Callable[[PeerAddress], int]
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         peer = self.peers[sid]
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(peer.host, port_of(peer), limit=1 << 20), CONNECT_TIMEOUT_S
-        )
+        tls = self._tls[1] if self._tls is not None else None
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    peer.host,
+                    port_of(peer),
+                    limit=1 << 20,
+                    ssl=tls,
+                    server_hostname=peer.host if tls is not None else None,
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls is not None else None,
+                ),
+                CONNECT_TIMEOUT_S,
+            )
+        except ssl.SSLError as exc:
+            self._refusals.refused(
+                f"a TLS link to server {sid} (sslQuorum)",
+                f"{peer.host}:{port_of(peer)}",
+                describe_tls_failure(exc),
+            )
+            raise
         writer.write(_ID.pack(self.my_id))
         return reader, writer
 

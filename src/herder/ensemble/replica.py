@@ -181,6 +181,7 @@ class ZabReplica:
             config.peers,
             on_message=self._message,
             on_lost=self._lost,
+            tls=config.security.quorum_contexts(),
         )
         self.serving = False
         self.leading = False

@@ -101,6 +101,7 @@ class EnsembleServer:
             name=f"herder-ensemble-{config.server_id}",
             max_frame_bytes=config.max_frame_bytes,
             max_connections_per_host=config.max_client_connections,
+            access=config.security.access,
         )
         self.tracker = SessionTracker(config.tick_time_ms)
         self._ids = SessionIdAllocator(config.server_id, _now_ms())
@@ -111,7 +112,9 @@ class EnsembleServer:
         self._stopped = asyncio.Event()
         self._committer: GroupCommitter | None = None
         self.epoch = 0
+        #: the port clients reach: the plaintext one, or the secure one if it is alone
         self.port = 0
+        self.secure_port: int | None = None
         self._leading_task: asyncio.Task[None] | None = None
         self._services_active = False
         #: client requests counted and timed, for mntr and /metrics
@@ -147,13 +150,7 @@ class EnsembleServer:
             await self._start_standalone(storage)
         else:
             await self._start_replica(storage)
-        try:
-            self.port = await self.wire.start(cfg.client_address, cfg.client_port)
-        except OSError as exc:
-            await self.stop()
-            raise HerderError(
-                f"cannot serve clients on {cfg.client_address}:{cfg.client_port}: {exc.strerror}"
-            ) from None
+        await self._listen_for_clients()
         for address, what in ((cfg.admin_server, "admin server"), (cfg.metrics_server, "metrics")):
             if address is not None:
                 admin = AdminServer(self, address[0], address[1], what)
@@ -164,13 +161,49 @@ class EnsembleServer:
                     raise
                 self.admin_servers.append(admin)
         log.info(
-            "server %d (%s, epoch %d) serving clients on %s:%d",
+            "server %d (%s, epoch %d) serving clients on %s",
             cfg.server_id,
             self.role,
             self.epoch,
-            cfg.client_address,
-            self.port,
+            self._listening_text(),
         )
+
+    async def _listen_for_clients(self) -> None:
+        cfg = self.config
+        security = cfg.security
+        address, port = cfg.client_address, cfg.client_port
+        try:
+            if cfg.plaintext_client:
+                self.port = await self.wire.start(address, port)
+            if security.secure_client_port is not None:
+                address, port = security.secure_client_address, security.secure_client_port
+                self.secure_port = await self.wire.start(
+                    address,
+                    port,
+                    tls=security.client_context(),
+                    plaintext_too=security.port_unification,
+                )
+                if not cfg.plaintext_client:
+                    self.port = self.secure_port
+        except OSError as exc:
+            await self.stop()
+            raise HerderError(f"cannot serve clients on {address}:{port}: {exc.strerror}") from None
+
+    def _listening_text(self) -> str:
+        cfg = self.config
+        parts = []
+        if cfg.plaintext_client:
+            parts.append(f"{cfg.client_address}:{self.port}")
+        if self.secure_port is not None:
+            both = " and plaintext" if cfg.security.port_unification else ""
+            parts.append(f"{cfg.security.secure_client_address}:{self.secure_port} (TLS{both})")
+        access = cfg.security.access
+        if access is not None:
+            parts.append(
+                f"authentication {'enforced' if access.enforce else 'optional'} "
+                f"({', '.join(sorted(access.schemes))})"
+            )
+        return ", ".join(parts)
 
     async def _start_replica(self, storage: Storage) -> None:
         assert self._committer is not None
@@ -423,6 +456,8 @@ class EnsembleServer:
                 return None
             return leader, peer.client_address
         host = self.config.client_address
+        if not self.config.plaintext_client:
+            host = self.config.security.secure_client_address
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         return self.config.server_id, f"{host}:{self.port}"

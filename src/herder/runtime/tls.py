@@ -11,13 +11,12 @@ on those requests, so workers that require client certificates can reach each ot
 
 from __future__ import annotations
 
-import os
 import ssl
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from herder.errors import ConfigError
+from herder.wire.tls import PemStores
 
 __all__ = ["CLIENT_AUTHENTICATION", "RestTls", "listener_scheme"]
 
@@ -91,11 +90,7 @@ class RestTls:
                 "ssl.keystore.location to a PEM file holding both (or "
                 "ssl.keystore.certificate.chain and ssl.keystore.key inline)"
             )
-        if (tls.certificate_chain is None) != (tls.private_key is None):
-            raise ConfigError(
-                "set both ssl.keystore.certificate.chain and ssl.keystore.key, or neither "
-                "(and ssl.keystore.location instead)"
-            )
+        tls.stores.check()
         if tls.client_authentication != "none" and tls.truststore_location is None:
             raise ConfigError(
                 f"ssl.client.authentication={tls.client_authentication} checks clients "
@@ -107,60 +102,21 @@ class RestTls:
         tls.client_context()
         return tls
 
-    def _load_keystore(self, context: ssl.SSLContext) -> None:
-        if self.keystore_location is not None:
-            self._load_chain(context, self.keystore_location, "ssl.keystore.location")
-            return
-        assert self.certificate_chain is not None and self.private_key is not None
-        # ssl reads keys from files only: write the inline PEM to a private temporary file
-        fd, path = tempfile.mkstemp(prefix="herder-keystore-", suffix=".pem")
-        try:
-            with os.fdopen(fd, "w", encoding="ascii") as pem:
-                pem.write(_pem(self.private_key) + _pem(self.certificate_chain))
-            self._load_chain(context, path, "ssl.keystore.certificate.chain and ssl.keystore.key")
-        finally:
-            os.unlink(path)
-
-    def _load_chain(self, context: ssl.SSLContext, path: str, setting: str) -> None:
-        try:
-            context.load_cert_chain(path, password=self.key_password)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(
-                f"cannot load the worker's certificate and key from {setting} ({path}): "
-                f"{exc}; it must be PEM with the certificate chain and the private key (and "
-                "ssl.key.password set if the key is encrypted)"
-            ) from None
-
-    def _load_truststore(self, context: ssl.SSLContext) -> None:
-        if self.truststore_location is None:
-            return
-        try:
-            context.load_verify_locations(cafile=self.truststore_location)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(
-                f"cannot load ssl.truststore.location ({self.truststore_location}): {exc}; "
-                "it must be a PEM file of CA certificates"
-            ) from None
+    @property
+    def stores(self) -> PemStores:
+        return PemStores(
+            keystore_location=self.keystore_location,
+            certificate_chain=self.certificate_chain,
+            private_key=self.private_key,
+            key_password=self.key_password,
+            truststore_location=self.truststore_location,
+        )
 
     def server_context(self) -> ssl.SSLContext:
         """What the REST API serves TLS with."""
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self._load_keystore(context)
-        self._load_truststore(context)
-        context.verify_mode = CLIENT_AUTHENTICATION[self.client_authentication]
-        return context
+        return self.stores.server_context(CLIENT_AUTHENTICATION[self.client_authentication])
 
     def client_context(self) -> ssl.SSLContext:
         """What the worker's requests to other workers use: the truststore (the system's
         CAs when none is set) and the worker's own certificate, for workers that ask."""
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        if self.truststore_location is None:
-            context.load_default_certs()
-        else:
-            self._load_truststore(context)
-        self._load_keystore(context)
-        return context
-
-
-def _pem(text: str) -> str:
-    return text.strip() + "\n"
+        return self.stores.client_context()

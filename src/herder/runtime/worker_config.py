@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from herder.config import ConfigDef, Importance, Range, Type, ValidString
+from herder.ensemble.security import client_security
 from herder.errors import ConfigError
 from herder.runtime.basic_auth import (
     BASIC_AUTH_EXTENSIONS,
@@ -27,6 +28,8 @@ from herder.runtime.core.session_key import (
 from herder.runtime.instance_ids import validate_group_instance_id
 from herder.runtime.stores import DEFAULT_CONFIG_LOG, DEFAULT_OFFSET_LOG, DEFAULT_STATUS_LOG
 from herder.runtime.tls import RestTls, listener_scheme
+from herder.wire.auth import ClientSecurity
+from herder.wire.tls import SettingNames
 
 
 def _algorithm(name: str, value: Any, /) -> None:
@@ -127,6 +130,35 @@ WORKER_CONFIG = (
     .define("rest.basic.auth.internal.password", Type.PASSWORD, default=None,
             importance=Importance.MEDIUM,
             documentation="That user's password (herder's name).")
+    # how the worker reaches the ensemble: Kafka's client security names under ensemble.
+    .define("ensemble.security.protocol", Type.STRING, default="PLAINTEXT",
+            importance=Importance.HIGH,
+            documentation="PLAINTEXT, SSL (TLS to secureClientPort), SASL_PLAINTEXT or "
+                          "SASL_SSL (either, authenticated as ensemble.sasl.username).")
+    .define("ensemble.ssl.truststore.location", Type.STRING, default=None,
+            importance=Importance.HIGH,
+            documentation="PEM file of the CAs that sign the ensemble servers' certificates "
+                          "(default: the system's).")
+    .define("ensemble.ssl.truststore.type", Type.STRING, default="PEM",
+            importance=Importance.LOW, documentation="PEM: the only type herder reads.")
+    .define("ensemble.ssl.keystore.location", Type.STRING, default=None,
+            importance=Importance.HIGH,
+            documentation="PEM file with the worker's certificate and key, for servers that "
+                          "ask for one (ssl.clientAuth=want|need).")
+    .define("ensemble.ssl.keystore.type", Type.STRING, default="PEM",
+            importance=Importance.LOW, documentation="PEM: the only type herder reads.")
+    .define("ensemble.ssl.key.password", Type.PASSWORD, default=None,
+            importance=Importance.MEDIUM, documentation="Password of that key, if encrypted.")
+    .define("ensemble.ssl.endpoint.identification.algorithm", Type.STRING, default="https",
+            importance=Importance.LOW,
+            documentation="https: a server's certificate must name the address dialled; "
+                          "empty: it need not.")
+    .define("ensemble.sasl.mechanism", Type.STRING, default="PLAIN", importance=Importance.LOW,
+            documentation="PLAIN: the only mechanism the ensemble serves.")
+    .define("ensemble.sasl.username", Type.STRING, default=None, importance=Importance.HIGH,
+            documentation="The ensemble user (sasl.users.file) the worker authenticates as.")
+    .define("ensemble.sasl.password", Type.PASSWORD, default=None,
+            importance=Importance.HIGH, documentation="That user's password.")
     .define("rest.host.name", Type.STRING, default="0.0.0.0", importance=Importance.LOW,
             documentation="Address the REST API binds to.")
     .define("rest.port", Type.INT, default=8083, validator=Range.between(0, 65535),
@@ -253,6 +285,8 @@ class WorkerConfig:
     users: Users | None = None
     #: what this worker's own requests to other workers authenticate as
     internal_credentials: Credentials | None = None
+    #: TLS and the user the worker reaches the ensemble with (None: plain, anonymous)
+    ensemble_security: ClientSecurity | None = None
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> WorkerConfig:
@@ -299,6 +333,7 @@ class WorkerConfig:
             tls=tls,
             users=users,
             internal_credentials=internal,
+            ensemble_security=_ensemble_security(v),
         )
 
     def advertised_address(self, bound_port: int) -> str:
@@ -360,6 +395,35 @@ def _basic_auth(v: Mapping[str, Any]) -> tuple[Users | None, Credentials | None]
             f"admin user of {path}"
         )
     return users, internal
+
+
+def _ensemble_security(v: Mapping[str, Any]) -> ClientSecurity | None:
+    for store in ("ensemble.ssl.truststore.type", "ensemble.ssl.keystore.type"):
+        if str(v[store]).upper() != "PEM":
+            raise ConfigError(
+                f"Invalid value {v[store]} for configuration {store}: herder reads PEM files "
+                f"only; convert the store with `openssl pkcs12 -nodes` and set {store}=PEM"
+            )
+    if str(v["ensemble.sasl.mechanism"]).upper() != "PLAIN":
+        raise ConfigError(
+            f"Invalid value {v['ensemble.sasl.mechanism']} for configuration "
+            "ensemble.sasl.mechanism: the ensemble serves PLAIN only (use it over SASL_SSL)"
+        )
+    key_password, password = v["ensemble.ssl.key.password"], v["ensemble.sasl.password"]
+    return client_security(
+        v["ensemble.security.protocol"],
+        truststore=v["ensemble.ssl.truststore.location"],
+        keystore=v["ensemble.ssl.keystore.location"],
+        key_password=key_password.value if key_password is not None else None,
+        username=v["ensemble.sasl.username"],
+        password=password.value if password is not None else None,
+        check_hostname=bool(v["ensemble.ssl.endpoint.identification.algorithm"]),
+        names=SettingNames(
+            keystore="ensemble.ssl.keystore.location",
+            key_password="ensemble.ssl.key.password",
+            truststore="ensemble.ssl.truststore.location",
+        ),
+    )
 
 
 def _key_policy(v: Mapping[str, Any]) -> KeyPolicy:

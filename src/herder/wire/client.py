@@ -6,6 +6,11 @@ the server which API versions it speaks (ApiVersions) and uses, per API, the hig
 version both sides know; a request for an API the server does not speak fails at once
 with UNSUPPORTED_VERSION instead of reaching the server. A lost connection fails every
 request in flight with CONNECTION_CLOSED; the next request reconnects.
+
+With a :class:`~herder.wire.auth.ClientSecurity` the connection is TLS (the server's
+certificate checked against the client's truststore and its host name) and, if it names
+a user, authenticated with SaslAuthenticate right after ApiVersions: a request is never
+sent before the server knows who sends it.
 """
 
 from __future__ import annotations
@@ -13,17 +18,26 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 from typing import Any, TypeVar
 
 import msgspec
 
 from herder.errors import (
+    AuthenticationFailed,
     ConnectionClosed,
     HerderError,
     NetworkError,
     RequestTimedOut,
+    TlsHandshakeFailed,
     UnsupportedVersion,
     error_from_code,
+)
+from herder.wire.auth import (
+    SASL_AUTHENTICATE,
+    ClientSecurity,
+    SaslAuthenticateRequest,
+    plain_auth_bytes,
 )
 from herder.wire.envelope import (
     API_VERSIONS,
@@ -34,6 +48,7 @@ from herder.wire.envelope import (
     encode_request,
 )
 from herder.wire.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from herder.wire.listener import describe_tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +95,7 @@ class WireClient:
         connect_timeout: float = 5.0,
         request_timeout: float = 30.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -88,6 +104,11 @@ class WireClient:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.max_frame_bytes = max_frame_bytes
+        self.security = security or ClientSecurity()
+        if self.security.authenticates:
+            registry.add(SASL_AUTHENTICATE)
+        #: the principal the server took us for, once authenticated
+        self.principal = ""
         self.server_name = ""
         self.versions: dict[int, int] = {}
         self._protocol: _ClientProtocol | None = None
@@ -122,11 +143,18 @@ class WireClient:
             self._negotiated = False
             self._closed = False
             loop = asyncio.get_running_loop()
+            tls = self.security.ssl_context
             try:
                 async with asyncio.timeout(self.connect_timeout):
                     _, protocol = await loop.create_connection(
-                        lambda: _ClientProtocol(self), self.host, self.port
+                        lambda: _ClientProtocol(self),
+                        self.host,
+                        self.port,
+                        ssl=tls,
+                        server_hostname=self.host if tls is not None else None,
                     )
+            except ssl.SSLError as exc:
+                raise TlsHandshakeFailed(self._tls_failure(exc)) from None
             except (OSError, TimeoutError) as exc:
                 raise NetworkError(f"cannot connect to {self.address}: {exc}") from None
             self._protocol = protocol
@@ -148,7 +176,31 @@ class WireClient:
                 if top >= max(ours.min_version, theirs.min_version):
                     versions[theirs.api] = top
             self.versions = versions
+            try:
+                await self._authenticate()
+            except BaseException:
+                self._drop()
+                raise
             self._negotiated = True
+
+    async def _authenticate(self) -> None:
+        security = self.security
+        if security.user is None:
+            return
+        if SASL_AUTHENTICATE.key not in self.versions:
+            raise AuthenticationFailed(
+                f"{self.address} authenticates no users (it has no enforce.auth.* settings): "
+                "connect without a user and password"
+            )
+        reply = await self._send(
+            SASL_AUTHENTICATE,
+            0,
+            SaslAuthenticateRequest(
+                auth_bytes=plain_auth_bytes(security.user, security.password or "")
+            ),
+            None,
+        )
+        self.principal = reply.principal
 
     async def request(
         self,
@@ -238,11 +290,34 @@ class WireClient:
         self._protocol = None
         pending, self._pending = self._pending, {}
         refusal, self._refusal = self._refusal, None
+        if refusal is None and isinstance(exc, ssl.SSLError):
+            # TLS 1.3: a server that refuses our certificate says so after our handshake
+            # finished, on the first read
+            refusal = TlsHandshakeFailed(self._tls_failure(exc))
+        elif refusal is None and self.security.ssl_context is not None and not self._negotiated:
+            # a TLS 1.3 server that refuses our certificate closes without a word, right
+            # after the handshake; retriable still, as a server stopping then would be
+            refusal = NetworkError(
+                f"{self.address} closed the connection right after the TLS handshake: it "
+                "may have refused our certificate (signed by a CA it does not trust, or "
+                "expired) or required one; check --cert/--key (ensemble.ssl.keystore.location)"
+            )
         for _, future in pending.values():
             if not future.done():
                 future.set_exception(
                     refusal or ConnectionClosed(f"connection to {self.address} was lost")
                 )
+
+    def _tls_failure(self, exc: ssl.SSLError) -> str:
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return (
+                f"TLS to {self.address}: the server's certificate failed verification "
+                f"({exc.verify_message})"
+            )
+        reason = describe_tls_failure(exc)
+        if "not a TLS handshake" in reason:
+            return f"TLS to {self.address}: the server does not speak TLS on that port"
+        return f"TLS to {self.address} failed: {exc.reason or exc}"
 
     def _drop(self) -> None:
         if self._protocol is not None and self._protocol.transport is not None:

@@ -48,6 +48,8 @@ class Api(Generic[Req, Resp]):
     response: type[Resp]
     min_version: int = 0
     max_version: int = 0
+    #: whether it changes state: a principal with the ``read`` role is refused it
+    writes: bool = False
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version

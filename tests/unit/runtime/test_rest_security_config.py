@@ -99,10 +99,10 @@ def test_basic_auth_needs_a_credentials_file_and_internal_credentials(tmp_path: 
 
 def test_inline_pem_keystore_and_requested_client_certificates(tmp_path: Path) -> None:
     pytest.importorskip("cryptography")
-    from tests.integration.test_rest_security import _authority, _issue
+    from tests.fixtures.pki import authority, issue
 
-    ca = _authority(tmp_path, "ca")
-    pem = _issue(ca, tmp_path, "worker").read_text()
+    ca = authority(tmp_path, "ca")
+    pem = issue(ca, tmp_path, "worker").read_text()
     split = pem.index("-----BEGIN PRIVATE KEY-----")
     # the inline key goes through a temporary file, removed at once
     temporary = Path(tempfile.gettempdir())
@@ -118,7 +118,7 @@ def test_inline_pem_keystore_and_requested_client_certificates(tmp_path: Path) -
     assert tls.server_context().verify_mode == ssl.CERT_OPTIONAL
     assert set(temporary.glob("herder-keystore-*")) == before
 
-    encrypted = _issue(ca, tmp_path, "locked", password=b"right")
+    encrypted = issue(ca, tmp_path, "locked", password=b"right")
     with pytest.raises(ConfigError, match=r"ssl.key.password"):
         RestTls.from_properties(
             {"ssl.keystore.location": str(encrypted), "ssl.key.password": "wrong"}

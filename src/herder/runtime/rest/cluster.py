@@ -41,6 +41,7 @@ from herder.errors import HerderError
 from herder.runtime.core.protocol import decode_metadata
 from herder.runtime.shell.herder import DistributedHerder
 from herder.runtime.task_metrics import TaskMetrics
+from herder.wire.auth import ClientSecurity
 
 __all__ = ["cluster_routes"]
 
@@ -132,9 +133,9 @@ async def _group(herder: DistributedHerder) -> dict[str, Any]:
     }
 
 
-async def _server(address: str) -> dict[str, Any]:
+async def _server(address: str, security: ClientSecurity | None) -> dict[str, Any]:
     try:
-        status = await server_status(address, timeout=PART_TIMEOUT_S)
+        status = await server_status(address, timeout=PART_TIMEOUT_S, security=security)
     except (HerderError, OSError) as exc:
         return {"address": address, "error": str(exc)}
     return {
@@ -156,7 +157,8 @@ async def _server(address: str) -> dict[str, Any]:
 
 async def _ensemble(herder: DistributedHerder) -> list[dict[str, Any]]:
     """Every server: those the worker bootstraps from, and those their configs name."""
-    first = await asyncio.gather(*(_server(a) for a in herder.config.bootstrap))
+    security = herder.config.ensemble_security
+    first = await asyncio.gather(*(_server(a, security) for a in herder.config.bootstrap))
     known = {s["server_id"] for s in first if "server_id" in s}
     more = {
         sid: address
@@ -164,7 +166,7 @@ async def _ensemble(herder: DistributedHerder) -> list[dict[str, Any]]:
         for sid, address in s.get("peers", [])
         if address and sid not in known
     }
-    rest = await asyncio.gather(*(_server(a) for a in more.values()))
+    rest = await asyncio.gather(*(_server(a, security) for a in more.values()))
     for sid, server in zip(more, rest, strict=True):
         server.setdefault("server_id", sid)
     by_id: dict[Any, dict[str, Any]] = {}

@@ -95,6 +95,7 @@ class DistributedHerder(HerderRequests):
             config.bootstrap,
             name=self.worker_id,
             session_timeout_ms=max(config.session_timeout_ms, 6_000),
+            security=config.ensemble_security,
         )
         self.configs = ConfigStore(
             self.client,
@@ -105,7 +106,9 @@ class DistributedHerder(HerderRequests):
         self.offsets = OffsetStore(self.client, config.offset_log)
         self.statuses = StatusStore(self.client, config.status_log)
         #: one set of coordinator connections for the herder's membership and requests
-        self.connections = CoordinatorConnections(config.bootstrap)
+        self.connections = CoordinatorConnections(
+            config.bootstrap, security=config.ensemble_security
+        )
         self.coordinator = CoordinatorClient(config.bootstrap, connections=self.connections)
         self.worker = Worker(
             self.worker_id,
