@@ -150,9 +150,8 @@ class Pki:
         return context
 
 
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    directory = tmp_path / "pki"
+def make_pki(directory: Path) -> Pki:
+    """A CA, a stranger CA, and the certificates the tests use, in ``directory``."""
     directory.mkdir()
     ca = _authority(directory, "herder-test-ca")
     stranger = _authority(directory, "stranger-ca")
@@ -164,6 +163,11 @@ def pki(tmp_path: Path) -> Pki:
         untrusted_client=_issue(stranger, directory, "untrusted-client"),
         expired_client=_issue(ca, directory, "expired-client", expired=True),
     )
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return make_pki(tmp_path / "pki")
 
 
 # -- workers -------------------------------------------------------------------------------

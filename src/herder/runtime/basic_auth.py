@@ -40,6 +40,7 @@ from herder.runtime.refusals import RefusalLog, peer_of
 
 __all__ = [
     "BASIC_AUTH_EXTENSIONS",
+    "OPEN_PATHS",
     "BasicAuthFilter",
     "Credentials",
     "Users",
@@ -55,7 +56,8 @@ BASIC_AUTH_EXTENSIONS = frozenset(
 )
 READ, ADMIN = "read", "admin"
 _READ_METHODS = frozenset({"GET", "HEAD"})
-_OPEN_PATHS = frozenset({"/health"})
+#: what anyone may GET without credentials: the health check, for probes
+OPEN_PATHS = frozenset({"/health"})
 _UNSUPPORTED_PASSWORDS = ("OBF:", "MD5:", "CRYPT:")
 
 Scope = MutableMapping[str, Any]
@@ -157,7 +159,7 @@ class BasicAuthFilter:
         self.realm = realm
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in _OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
