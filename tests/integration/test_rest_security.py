@@ -605,3 +605,81 @@ def test_bad_clients_of_a_plain_listener_are_refused_and_logged_once_with_their_
     # the password never reaches the log, nor a name that may be one
     assert "wrong" not in output.replace("a wrong password", "")
     assert "admin-pw" not in output
+
+
+# -- every path ----------------------------------------------------------------------------
+
+#: what the worker serves besides the operations of its OpenAPI document
+UNDOCUMENTED = ["/openapi.json", "/docs", "/ui", "/ui/console.js", "/no/such/path"]
+PARAMETERS = {"{name}": "x", "{task}": "0", "{plugin}": "FileStreamSource"}
+
+
+def _operations(client: httpx.Client, url: str) -> list[tuple[str, str]]:
+    """(method, path) of every operation the worker's OpenAPI document lists, with its
+    parameters filled in."""
+    document = client.get(f"{url}/openapi.json").json()
+    operations = []
+    for path, methods in document["paths"].items():
+        for parameter, value in PARAMETERS.items():
+            path = path.replace(parameter, value)
+        assert "{" not in path, path
+        operations += [(method.upper(), path) for method in methods]
+    return operations
+
+
+def test_every_path_refuses_a_client_without_valid_credentials_and_a_reader_every_write(
+    processes: Processes, tmp_path: Path, server: ServerHandle
+) -> None:
+    props = _basic_auth(tmp_path)
+    credentials = Path(props["rest.basic.auth.credentials.file"])
+    credentials.write_text(credentials.read_text() + "roleless: roleless-pw\n")
+    admin = httpx.Client(auth=("admin", "admin-pw"), timeout=30)
+    cluster = Cluster(processes, tmp_path, server, props, "http", admin, workers=1)
+    url = cluster.urls[0]
+    operations = _operations(admin, url)
+    methods = {method for method, _ in operations}
+    # Connect's routes, its internal endpoint and herder's own are all in the document
+    assert {"GET", "POST", "PUT", "PATCH", "DELETE"} <= methods
+    for expected in [("POST", "/connectors/x/tasks"), ("GET", "/metrics"),
+                     ("PUT", "/connectors/x/stop"), ("PUT", "/admin/loggers/x")]:  # fmt: skip
+        assert expected in operations, expected
+    everything = operations + [("GET", path) for path in UNDOCUMENTED]
+    everything.append(("PUT", "/connectors/x/tasks"))  # as Connect's workers once sent it
+
+    def client(auth: tuple[str, str] | None) -> httpx.Client:
+        return httpx.Client(base_url=url, auth=auth, timeout=30)
+
+    strangers = {
+        "anonymous": client(None),
+        "a wrong password": client(("admin", "wrong")),
+        "an unknown user": client(("ghost", "admin-pw")),
+    }
+    roleless, reader = client(("roleless", "roleless-pw")), client(("reader", "reader-pw"))
+    for method, path in everything:
+        if path == "/health":
+            assert strangers["anonymous"].request(method, path).status_code == 200
+            continue
+        for who, stranger in strangers.items():
+            reply = stranger.request(method, path)
+            assert reply.status_code == 401, (who, method, path, reply.status_code)
+            assert reply.headers["www-authenticate"] == 'Basic realm="herder"'
+        refused = roleless.request(method, path)
+        assert refused.status_code == 403, (method, path, refused.status_code)
+
+        read = reader.request(method, path)
+        if method == "GET":
+            # past the door: whatever the route answers (404 for connector x), not a refusal
+            assert read.status_code != 401, (path, read.text)
+            assert "needs the admin role" not in read.text, (path, read.text)
+        else:
+            assert read.status_code == 403, (method, path, read.status_code)
+            assert "needs the admin role" in read.json()["message"]
+
+    # the console and the metrics are a reader's to see
+    for path in ("/ui", "/ui/console.js", "/metrics"):
+        assert reader.get(path).status_code == 200, path
+    # the internal endpoint wants the session key's signature even from an admin
+    unsigned = admin.post(f"{url}/connectors/x/tasks", json=[])
+    assert unsigned.status_code == 400, unsigned.text
+    assert "signature" in unsigned.json()["message"]
+    assert admin.get(f"{url}/connectors").status_code == 200
