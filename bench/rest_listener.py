@@ -1,10 +1,12 @@
 """What a worker's REST listener costs: herder's listener against uvicorn serving alone.
 
 A worker serves its REST API through :class:`herder.runtime.rest_listener.RestListener`,
-which runs the TLS handshake itself (so a refused client can be logged with its address)
-and names the peer while uvicorn parses its bytes. The anchor is uvicorn on its own,
-given the same SSL context (asyncio's handshake) or none. Both serve the same trivial
-ASGI app from a child process, so what differs is the listener alone.
+which runs the TLS handshake itself (so a refused client can be logged with its address),
+names the peer while uvicorn parses its bytes, and turns Nagle's algorithm off on each
+connection. The anchor is uvicorn on its own, given the same SSL context (asyncio's
+handshake) or none. Both serve the same trivial ASGI app from a child process, on a
+listening socket made as the worker makes its own (``socket.create_server``), so what
+differs is the listener alone.
 
 For each of the four servers (herder or uvicorn, HTTP or HTTPS), one client in this
 process measures for ``--seconds``:
@@ -135,7 +137,10 @@ def measure(
     _procs.wait_until(lambda: _procs.port_open(port), timeout=30, what=f"{server.name} listening")
     url = f"{scheme}://127.0.0.1:{port}/"
     verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(pem))
-    with httpx.Client(verify=verify) as client:
+    # the client's own Nagle delay would stall each kept-alive request ~40 ms
+    nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+    transport = httpx.HTTPTransport(verify=verify, socket_options=nodelay)
+    with httpx.Client(transport=transport) as client:
         client.get(url)  # warm up
         cpu_before = _procs.cpu_seconds(server.pid)
         keepalive, kept = _rate(seconds, lambda: client.get(url))

@@ -37,7 +37,9 @@ async def _app(
 
 
 @asynccontextmanager
-async def _serving(context: ssl.SSLContext) -> AsyncIterator[tuple[int, RestListener]]:
+async def _serving(
+    context: ssl.SSLContext | None,
+) -> AsyncIterator[tuple[int, RestListener]]:
     listening = socket.create_server(("127.0.0.1", 0))
     config = uvicorn.Config(_app, log_level="warning", lifespan="off", log_config=None)
     config.load()
@@ -129,5 +131,21 @@ def test_stopping_drops_a_tls_connection_whose_transport_ignores_abort(
             listener.abort()
             await _poll(lambda: not listener.connections, "the connection to be dropped")
             client.close()
+
+    asyncio.run(scenario())
+
+
+def test_connections_send_each_write_at_once(pem: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+    """Nagle's algorithm off, or a kept-alive request's body waits for a delayed ACK."""
+
+    async def scenario() -> None:
+        for context in (None, pem[0]):
+            async with _serving(context) as (port, listener):
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                await _poll(lambda: listener.connections, "the connection")
+                (connection,) = listener.connections
+                sock = connection._socket.get_extra_info("socket")  # type: ignore[union-attr]
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+                writer.close()
 
     asyncio.run(scenario())
