@@ -9,7 +9,11 @@ connectors' tasks running proves worker-to-worker requests work with the securit
 
 from __future__ import annotations
 
+import base64
+import socket
+import ssl
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +21,7 @@ import httpx
 import pytest
 
 from tests.fixtures.pki import Pki
-from tests.harness import HERDER, Processes, free_port, wait_until
+from tests.harness import HERDER, Proc, Processes, free_port, wait_until
 from tests.integration.conftest import ServerHandle, make_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -42,11 +46,12 @@ class Cluster:
         scheme: str,
         client: httpx.Client,
         env: dict[str, str] | None = None,
+        workers: int = 2,
     ) -> None:
         self.client = client
         self.urls: list[str] = []
         self.procs = []
-        for _ in range(2):
+        for _ in range(workers):
             port = free_port()
             url = f"{scheme}://127.0.0.1:{port}"
             worker = {
@@ -294,3 +299,248 @@ def test_basic_auth_roles_and_internal_requests(
     anonymous_cli = _cli("list", "--url", follower)
     assert anonymous_cli.returncode == 1
     assert "(HTTP 401)" in anonymous_cli.stderr
+
+
+# -- bad clients ---------------------------------------------------------------------------
+
+USERS = "admin: admin-pw,admin\nreader: reader-pw,read\nworker: worker-pw,admin\n"
+
+
+def _basic_auth(tmp_path: Path) -> dict[str, Any]:
+    credentials = tmp_path / "users.properties"
+    credentials.write_text(USERS)
+    return {
+        "rest.extension.classes": BASIC_AUTH,
+        "rest.basic.auth.credentials.file": credentials,
+        "rest.basic.auth.internal.user": "worker",
+        "rest.basic.auth.internal.password": "worker-pw",
+    }
+
+
+def _request(method: str = "GET", path: str = "/connectors", auth: str | None = None) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
+    if auth is not None:
+        lines.append("Authorization: Basic " + base64.b64encode(auth.encode()).decode())
+    if method != "GET":
+        lines.append("Content-Length: 0")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+@dataclass
+class Attempt:
+    port: int  #: the client's own port, by which the worker's log names it
+    reply: bytes  #: what the worker sent back before it closed the connection
+
+
+def _attempt(port: int, payload: bytes, context: ssl.SSLContext | None = None) -> Attempt:
+    """Connect to the worker at ``port`` (over TLS with ``context``), send ``payload`` and
+    read until the worker closes the connection, whatever goes wrong on the way."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    local = sock.getsockname()[1]
+    received = b""
+    try:
+        stream = context.wrap_socket(sock, server_hostname="127.0.0.1") if context else sock
+        with stream:
+            stream.sendall(payload)
+            while chunk := stream.recv(65536):
+                received += chunk
+    except OSError:  # ssl.SSLError among them: the worker refused the handshake
+        pass
+    finally:
+        sock.close()
+    return Attempt(local, received)
+
+
+def _logged_once(proc: Proc, phrase: str, attempts: list[Attempt], level: str = "WARNING") -> None:
+    """The worker logged ``phrase`` in one line at ``level``, naming the first attempt's
+    address, however many attempts there were."""
+    wait_until(lambda: phrase in proc.output(), timeout=10, what=f"a log line with {phrase!r}")
+    lines = [line for line in proc.output().splitlines() if phrase in line]
+    assert len(lines) == 1, lines
+    assert f" {level} " in lines[0], lines[0]
+    assert f"REST client 127.0.0.1:{attempts[0].port} " in lines[0], (lines[0], attempts)
+
+
+def test_bad_clients_of_an_https_listener_are_refused_and_logged_once_with_their_address(
+    processes: Processes, tmp_path: Path, server: ServerHandle, pki: Pki
+) -> None:
+    props = {
+        "ssl.keystore.location": pki.worker,
+        "ssl.key.password": "keypass",
+        "ssl.truststore.location": pki.ca.path,
+        "ssl.client.authentication": "required",
+        **_basic_auth(tmp_path),
+    }
+    good = httpx.Client(
+        verify=pki.client_context(pki.client), auth=("admin", "admin-pw"), timeout=10
+    )
+    cluster = Cluster(processes, tmp_path, server, props, "https", good, workers=1)
+    url, proc = cluster.urls[0], cluster.procs[0]
+    port = int(url.rpartition(":")[2])
+    ok = _request(auth="admin:admin-pw")
+
+    bad_clients = {
+        "it sent plain HTTP to this HTTPS listener": (None, ok),
+        "it sent bytes that open no TLS handshake": (None, b"\x00\x01garbage\r\n\r\n"),
+        "it presented no client certificate": (pki.client_context(), ok),
+        "failed verification (unable to get local issuer certificate)": (
+            pki.client_context(pki.untrusted_client),
+            ok,
+        ),
+        "failed verification (certificate has expired)": (
+            pki.client_context(pki.issue("expired-client", expired=True)),
+            ok,
+        ),
+        "with the alert 'unknown ca'": (pki.client_context(pki.client, ca=pki.stranger.path), ok),
+        "a wrong password for user admin": (
+            pki.client_context(pki.client),
+            _request(auth="admin:wrong"),
+        ),
+    }
+    tried: dict[str, list[Attempt]] = {}
+    for phrase, (context, payload) in bad_clients.items():
+        # a client retrying in a loop: refused each time, logged once
+        tried[phrase] = [_attempt(port, payload, context) for _ in range(4)]
+        for attempt in tried[phrase]:
+            if "password" in phrase:
+                assert attempt.reply.startswith(b"HTTP/1.1 401 "), attempt.reply[:100]
+            else:
+                assert b"HTTP/1.1 200" not in attempt.reply, attempt.reply[:100]
+        # and the worker serves a good client right after
+        assert good.get(f"{url}/connectors").status_code == 200
+
+    for phrase, attempts in tried.items():
+        _logged_once(proc, phrase, attempts)
+    assert "Traceback" not in proc.output()
+    served = _attempt(port, ok, pki.client_context(pki.client))
+    assert served.reply.startswith(b"HTTP/1.1 200 "), served.reply[:100]
+
+
+def test_bad_clients_of_a_plain_listener_are_refused_and_logged_once_with_their_address(
+    processes: Processes, tmp_path: Path, server: ServerHandle
+) -> None:
+    good = httpx.Client(auth=("admin", "admin-pw"), timeout=10)
+    cluster = Cluster(processes, tmp_path, server, _basic_auth(tmp_path), "http", good, workers=1)
+    url, proc = cluster.urls[0], cluster.procs[0]
+    port = int(url.rpartition(":")[2])
+
+    def tls_client() -> ssl.SSLContext:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+
+    # (context, payload, status the worker answers or None for none, log level)
+    bad_clients: dict[str, tuple[ssl.SSLContext | None, bytes, bytes | None, str]] = {
+        "it opened a TLS handshake on this plain HTTP listener": (
+            tls_client(), _request(), None, "WARNING"
+        ),
+        "sent a bad request: Invalid HTTP request received.": (
+            None, b"\x00\x01garbage\r\n\r\n", b"400", "WARNING"
+        ),
+        # (an unknown user is the same kind of refusal: counted with these, not logged)
+        "a wrong password for user admin": (
+            None, _request(auth="admin:wrong"), b"401", "WARNING"
+        ),
+        "no credentials for GET /connectors": (None, _request(), b"401", "INFO"),
+        "user reader may not DELETE /connectors/x": (
+            None, _request("DELETE", "/connectors/x", auth="reader:reader-pw"), b"403", "WARNING"
+        ),
+    }  # fmt: skip
+    tried: dict[str, list[Attempt]] = {}
+    for phrase, (context, payload, status, _) in bad_clients.items():
+        tried[phrase] = [_attempt(port, payload, context) for _ in range(4)]
+        if "password" in phrase:
+            tried[phrase].append(_attempt(port, _request(auth="admin-pw:admin")))
+        for attempt in tried[phrase]:
+            if status is None:
+                assert b"HTTP/1.1" not in attempt.reply, attempt.reply[:100]
+            else:
+                assert attempt.reply.startswith(b"HTTP/1.1 " + status), attempt.reply[:100]
+        assert good.get(f"{url}/connectors").status_code == 200
+
+    for phrase, (_, _, _, level) in bad_clients.items():
+        _logged_once(proc, phrase, tried[phrase], level)
+    output = proc.output()
+    assert "Traceback" not in output
+    # the password never reaches the log, nor a name that may be one
+    assert "wrong" not in output.replace("a wrong password", "")
+    assert "admin-pw" not in output
+
+
+# -- every path ----------------------------------------------------------------------------
+
+#: what the worker serves besides the operations of its OpenAPI document
+UNDOCUMENTED = ["/openapi.json", "/docs", "/ui", "/ui/console.js", "/no/such/path"]
+PARAMETERS = {"{name}": "x", "{task}": "0", "{plugin}": "FileStreamSource"}
+
+
+def _operations(client: httpx.Client, url: str) -> list[tuple[str, str]]:
+    """(method, path) of every operation the worker's OpenAPI document lists, with its
+    parameters filled in."""
+    document = client.get(f"{url}/openapi.json").json()
+    operations = []
+    for path, methods in document["paths"].items():
+        for parameter, value in PARAMETERS.items():
+            path = path.replace(parameter, value)
+        assert "{" not in path, path
+        operations += [(method.upper(), path) for method in methods]
+    return operations
+
+
+def test_every_path_refuses_a_client_without_valid_credentials_and_a_reader_every_write(
+    processes: Processes, tmp_path: Path, server: ServerHandle
+) -> None:
+    props = _basic_auth(tmp_path)
+    credentials = Path(props["rest.basic.auth.credentials.file"])
+    credentials.write_text(credentials.read_text() + "roleless: roleless-pw\n")
+    admin = httpx.Client(auth=("admin", "admin-pw"), timeout=30)
+    cluster = Cluster(processes, tmp_path, server, props, "http", admin, workers=1)
+    url = cluster.urls[0]
+    operations = _operations(admin, url)
+    methods = {method for method, _ in operations}
+    # Connect's routes, its internal endpoint and herder's own are all in the document
+    assert {"GET", "POST", "PUT", "PATCH", "DELETE"} <= methods
+    for expected in [("POST", "/connectors/x/tasks"), ("GET", "/metrics"),
+                     ("PUT", "/connectors/x/stop"), ("PUT", "/admin/loggers/x")]:  # fmt: skip
+        assert expected in operations, expected
+    everything = operations + [("GET", path) for path in UNDOCUMENTED]
+    everything.append(("PUT", "/connectors/x/tasks"))  # as Connect's workers once sent it
+
+    def client(auth: tuple[str, str] | None) -> httpx.Client:
+        return httpx.Client(base_url=url, auth=auth, timeout=30)
+
+    strangers = {
+        "anonymous": client(None),
+        "a wrong password": client(("admin", "wrong")),
+        "an unknown user": client(("ghost", "admin-pw")),
+    }
+    roleless, reader = client(("roleless", "roleless-pw")), client(("reader", "reader-pw"))
+    for method, path in everything:
+        if path == "/health":
+            assert strangers["anonymous"].request(method, path).status_code == 200
+            continue
+        for who, stranger in strangers.items():
+            reply = stranger.request(method, path)
+            assert reply.status_code == 401, (who, method, path, reply.status_code)
+            assert reply.headers["www-authenticate"] == 'Basic realm="herder"'
+        refused = roleless.request(method, path)
+        assert refused.status_code == 403, (method, path, refused.status_code)
+
+        read = reader.request(method, path)
+        if method == "GET":
+            # past the door: whatever the route answers (404 for connector x), not a refusal
+            assert read.status_code != 401, (path, read.text)
+            assert "needs the admin role" not in read.text, (path, read.text)
+        else:
+            assert read.status_code == 403, (method, path, read.status_code)
+            assert "needs the admin role" in read.json()["message"]
+
+    # the console and the metrics are a reader's to see
+    for path in ("/ui", "/ui/console.js", "/metrics"):
+        assert reader.get(path).status_code == 200, path
+    # the internal endpoint wants the session key's signature even from an admin
+    unsigned = admin.post(f"{url}/connectors/x/tasks", json=[])
+    assert unsigned.status_code == 400, unsigned.text
+    assert "signature" in unsigned.json()["message"]
+    assert admin.get(f"{url}/connectors").status_code == 200

@@ -11,7 +11,12 @@ the same ``rest.extension.classes`` name and reads the same file format directly
 Passwords are plain text (Jetty's ``OBF:``, ``MD5:`` and ``CRYPT:`` forms are refused,
 saying so). Beyond Connect, roles decide what a user may do: ``read`` allows GET and HEAD,
 ``admin`` everything; a user with neither role is refused everything. ``GET /health``
-stays open, for load balancers and orchestrators' probes.
+stays open, for load balancers and orchestrators' probes; everything else, ``/metrics``
+and the console at ``/ui`` included, needs a user (``read`` suffices for both).
+
+A refusal is logged with the client's address, once per client and kind a minute
+(:mod:`herder.runtime.refusals`): wrong credentials and a role's refusals as warnings, a
+request without credentials at INFO (a browser's first request always comes without).
 
 Workers send requests to each other (forwarded writes, task configs, cluster metrics);
 with authentication on, each worker names the user it sends as with
@@ -31,16 +36,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from herder.errors import ConfigError
+from herder.runtime.refusals import RefusalLog, peer_of
 
 __all__ = [
     "BASIC_AUTH_EXTENSIONS",
+    "OPEN_PATHS",
     "BasicAuthFilter",
     "Credentials",
     "Users",
     "authorization_header",
 ]
-
-log = logging.getLogger(__name__)
 
 #: the ``rest.extension.classes`` names that turn basic authentication on
 BASIC_AUTH_EXTENSIONS = frozenset(
@@ -51,7 +56,8 @@ BASIC_AUTH_EXTENSIONS = frozenset(
 )
 READ, ADMIN = "read", "admin"
 _READ_METHODS = frozenset({"GET", "HEAD"})
-_OPEN_PATHS = frozenset({"/health"})
+#: what anyone may GET without credentials: the health check, for probes
+OPEN_PATHS = frozenset({"/health"})
 _UNSUPPORTED_PASSWORDS = ("OBF:", "MD5:", "CRYPT:")
 
 Scope = MutableMapping[str, Any]
@@ -144,24 +150,33 @@ class Users:
 class BasicAuthFilter:
     """ASGI middleware: 401 without valid credentials, 403 for what a role does not allow."""
 
-    def __init__(self, app: Asgi, users: Users, realm: str = "herder") -> None:
+    def __init__(
+        self, app: Asgi, users: Users, refusals: RefusalLog, realm: str = "herder"
+    ) -> None:
         self.app = app
         self.users = users
+        self.refusals = refusals
         self.realm = realm
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in _OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         method = str(scope["method"]).upper()
-        user = self.users.authenticate(headers.get("authorization"))
-        peer = scope.get("client") or ("?", 0)
+        header = headers.get("authorization")
+        user = self.users.authenticate(header)
+        peer = peer_of(scope.get("client"))
+        request = f"{method} {scope['path']}"
         if user is None:
-            log.info(
-                "refused %s %s from %s:%s: no valid credentials",
-                method, scope["path"], peer[0], peer[1],
-            )  # fmt: skip
+            if header:
+                self.refusals.refuse(
+                    peer, "credentials", f"refused: {_wrong(header, self.users)} for {request}"
+                )
+            else:
+                self.refusals.refuse(
+                    peer, "anonymous", f"refused: no credentials for {request}", logging.INFO
+                )
             await _refuse(
                 send,
                 401,
@@ -171,17 +186,33 @@ class BasicAuthFilter:
             )
             return
         if not self.users.may(user, method):
-            log.info("refused %s %s to user %s: not allowed by its roles", method,
-                     scope["path"], user)  # fmt: skip
+            self.refusals.refuse(
+                peer, "role", f"refused: user {user} may not {request}: its roles do not allow it"
+            )
             await _refuse(
                 send,
                 403,
-                f"User {user} may not {method} {scope['path']}: that needs the admin role "
+                f"User {user} may not {request}: that needs the admin role "
                 "(the read role allows GET and HEAD only)",
                 {},
             )
             return
         await self.app(scope, receive, send)
+
+
+def _wrong(header: str, users: Users) -> str:
+    """What is wrong with credentials, for the log: a known user's name, never a password
+    (nor an unknown name, which may be a password typed in the wrong field)."""
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "basic":
+        return "credentials that are not HTTP Basic"
+    try:
+        user = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")[0]
+    except (binascii.Error, UnicodeDecodeError):
+        return "undecodable HTTP Basic credentials"
+    if user in users.passwords:
+        return f"a wrong password for user {user}"
+    return "an unknown user"
 
 
 async def _refuse(send: Send, status: int, message: str, extra: dict[str, str]) -> None:

@@ -15,7 +15,9 @@ import uvicorn
 from herder.errors import ConfigError, HerderError
 from herder.runtime.basic_auth import BasicAuthFilter
 from herder.runtime.plugins import Plugins
+from herder.runtime.refusals import RefusalLog
 from herder.runtime.rest import build_app
+from herder.runtime.rest_listener import RestListener
 from herder.runtime.shell.herder import DistributedHerder
 from herder.runtime.worker import ExecutionFactory
 from herder.runtime.worker_config import WorkerConfig
@@ -72,6 +74,7 @@ class WorkerProcess:
         self.failed = asyncio.Event()
         self._server: uvicorn.Server | None = None
         self._serving: asyncio.Task[None] | None = None
+        self._listener: RestListener | None = None
         self.url = ""
 
     @property
@@ -91,13 +94,20 @@ class WorkerProcess:
             worker_id=self.config.advertised_address(port),
             on_failed=lambda _: self.failed.set(),
         )
+        refusals = RefusalLog()
         app: Any = build_app(self._herder)
         if self.config.users is not None:
-            app = BasicAuthFilter(app, self.config.users)
-        uv_config = uvicorn.Config(app, log_level="warning", lifespan="off")
+            app = BasicAuthFilter(app, self.config.users, refusals)
+        # log_config=None: uvicorn's lines go through the worker's own handler and format
+        uv_config = uvicorn.Config(app, log_level="warning", lifespan="off", log_config=None)
         uv_config.load()
+        tls = None
         if self.config.tls is not None:
-            uv_config.ssl = self.config.tls.server_context()
+            tls = self.config.tls.server_context()
+        # the listener runs the TLS handshake itself (see rest_listener), so uvicorn's
+        # server gets no SSL context
+        self._listener = RestListener(tls, refusals)
+        uv_config.http_protocol_class = self._listener.serve(uv_config.http_protocol_class)
         self._server = uvicorn.Server(uv_config)
         self._serving = asyncio.create_task(self._server.serve(sockets=[listener]))
         while not self._server.started:
@@ -114,13 +124,10 @@ class WorkerProcess:
             self._server.should_exit = True
         if self._serving is not None:
             done, _ = await asyncio.wait({self._serving}, timeout=STOP_GRACE_S)
-            if not done and self._server is not None:
+            if not done and self._listener is not None:
                 # closing a TLS connection waits for the client's close_notify, which an
                 # idle keep-alive client never sends: drop what is left
-                for connection in list(self._server.server_state.connections):
-                    transport = getattr(connection, "transport", None)
-                    if transport is not None:
-                        transport.abort()
+                self._listener.abort()
             await self._serving
 
 

@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 
 from herder import __version__
 from herder.errors import ConfigError, HerderError
+from herder.runtime.basic_auth import OPEN_PATHS
 from herder.runtime.rest.admin_loggers import admin_loggers_routes
 from herder.runtime.rest.admin_metrics import admin_metrics_routes
 from herder.runtime.rest.cluster import cluster_routes
@@ -115,4 +116,24 @@ def build_app(herder: DistributedHerder) -> FastAPI:
     app.include_router(metrics_routes(herder))
     app.include_router(cluster_routes(herder, router.http))
     app.include_router(console_routes())
+    if herder.config.users is not None:
+        _document_basic_auth(app)
     return app
+
+
+def _document_basic_auth(app: FastAPI) -> None:
+    """Say in the OpenAPI document that every operation but the open ones needs HTTP
+    Basic credentials (the worker's BasicAuthFilter asks for them), so clients made from
+    it send them and the ``/docs`` page offers to."""
+    document = app.openapi()
+    schemes = document.setdefault("components", {}).setdefault("securitySchemes", {})
+    schemes["basic"] = {
+        "type": "http",
+        "scheme": "basic",
+        "description": "a user of the worker's rest.basic.auth.credentials.file; the read "
+        "role may GET and HEAD, the admin role everything",
+    }
+    document["security"] = [{"basic": []}]
+    for path in OPEN_PATHS:
+        for operation in document["paths"].get(path, {}).values():
+            operation["security"] = []

@@ -174,11 +174,15 @@ def connectors_routes(herder: DistributedHerder, router: RequestRouter) -> APIRo
         result = await router.route(request, lambda: herder.set_target_state(name, state))
         return reply(result, 202, body=False)
 
-    @api.put("/connectors/{name}/pause", status_code=202, response_model=None)
+    @api.put(
+        "/connectors/{name}/pause", status_code=202, response_model=None, response_class=Response
+    )
     async def pause(name: str, request: Request) -> Response:
         return await target(name, TargetState.PAUSED, request)
 
-    @api.put("/connectors/{name}/resume", status_code=202, response_model=None)
+    @api.put(
+        "/connectors/{name}/resume", status_code=202, response_model=None, response_class=Response
+    )
     async def resume(name: str, request: Request) -> Response:
         return await target(name, TargetState.STARTED, request)
 
@@ -206,7 +210,12 @@ def connectors_routes(herder: DistributedHerder, router: RequestRouter) -> APIRo
         _require_topic_tracking()
         return {name: {"topics": herder.active_topics(name)}}
 
-    @api.put("/connectors/{name}/topics/reset", status_code=202, response_model=None)
+    @api.put(
+        "/connectors/{name}/topics/reset",
+        status_code=202,
+        response_model=None,
+        response_class=Response,
+    )
     async def reset_active_topics(name: str) -> Response:
         _require_topic_tracking(reset=True)
         await router.within_timeout(herder.reset_active_topics(name))
