@@ -106,9 +106,14 @@ def test_an_epoch_accepted_before_is_acked_at_once_with_minus_one() -> None:
     assert isinstance(ack, AckEpoch) and ack.current_epoch == -1
 
 
-def test_a_leader_with_an_older_epoch_is_refused() -> None:
+def test_a_leader_with_an_older_epoch_is_refused_and_asked_again_after_a_wait() -> None:
     learner, leader = following(PersistedState(accepted_epoch=6, current_epoch=4))
-    ready = leader.send(LeaderInfo, epoch=5)
+    leader.send(LeaderInfo, epoch=5)
+    assert not any(isinstance(p, AckEpoch) for p in leader.received())
+    # it waits a tick (100 ms) before it looks for a leader again
+    assert learner.peer.next_deadline() == 100
+    assert not learner.tick(99).events
+    ready = learner.tick(100)
     assert any(isinstance(e, Looking) and "older" in e.reason for e in ready.events)
     assert learner.peer.status.state is ServerState.LOOKING
 

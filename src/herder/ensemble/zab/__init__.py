@@ -59,9 +59,6 @@ Where this differs from ZooKeeper, and why:
   timing out rather than by a closed socket; a learner repeats FOLLOWERINFO every tick
   until LEADERINFO comes, as ZooKeeper retries its connection to a leader that has not
   finished its own election yet.
-* The leader drops a learner for silence only (ZooKeeper also drops one that has not
-  ACKed a proposal within ``syncLimit``); a learner whose disk is stuck stops ACKing,
-  and a quorum of those costs the leader its commits but not its safety.
 """
 
 from herder.ensemble.zab.config import Faults, Role, ZabConfig

@@ -63,6 +63,8 @@ class Peer:
         self.election_epoch = 0
         self.vote: Vote
         self.state = ServerState.LOOKING
+        #: the election under way repeats one already reported (see StepDown.quiet)
+        self._quiet = False
         #: the latest time an input brought, for inputs that bring none (propose)
         self._now = now_ms
         self._role: Election | Leader | Learner
@@ -87,7 +89,7 @@ class Peer:
             elif isinstance(message, QuorumPacket) and not isinstance(role, Election):
                 role.receive(from_id, message, now_ms)
         except StepDown as stop:
-            self._look(now_ms, str(stop))
+            self._look(now_ms, str(stop), quiet=stop.quiet)
 
     def tick(self, now_ms: int) -> None:
         """Let time pass: resend votes, ping, time out silent servers."""
@@ -99,7 +101,7 @@ class Peer:
             else:
                 role.tick(now_ms)
         except StepDown as stop:
-            self._look(now_ms, str(stop))
+            self._look(now_ms, str(stop), quiet=stop.quiet)
 
     def disk_done(self, token: int, now_ms: int) -> None:
         """Disk op ``token`` and every one issued before it are durable."""
@@ -108,7 +110,7 @@ class Peer:
         role = self._role
         try:
             if not isinstance(role, Election):
-                role.disk_done()
+                role.disk_done(now_ms)
         except StepDown as stop:
             self._look(now_ms, str(stop))
 
@@ -226,16 +228,22 @@ class Peer:
             ),
         )
 
-    def _look(self, now: int, reason: str) -> None:
+    def _look(self, now: int, reason: str, *, quiet: bool = False) -> None:
         role = getattr(self, "_role", None)
         if isinstance(role, Leader) and role.established:
             log.warning("server %d: no longer leader of epoch %d: %s", self.id, role.epoch, reason)
             self.node.emit(LostLeadership(role.epoch, reason))
         elif role is not None:
-            log.info("server %d: back to election: %s", self.id, reason)
+            log.log(
+                logging.DEBUG if quiet else logging.INFO,
+                "server %d: back to election: %s",
+                self.id,
+                reason,
+            )
         self.state = ServerState.LOOKING
         self.election_epoch += 1
-        election = Election(self.node, self.election_epoch, now)
+        self._quiet = quiet
+        election = Election(self.node, self.election_epoch, now, quiet=quiet)
         self._role = election
         self.vote = election.proposal
         self.node.emit(Looking(reason))
@@ -250,9 +258,10 @@ class Peer:
         self.election_epoch = vote.election_epoch
         if vote.leader != node.id:
             self.state = ServerState.FOLLOWING if node.is_participant else ServerState.OBSERVING
-            self._role = Learner(node, vote.leader, now)
+            self._role = Learner(node, vote.leader, now, quiet=self._quiet)
         elif node.can_vote:
             self.state = ServerState.LEADING
+            node.refusal = None
             self._role = Leader(node, now)
         else:
             # stale votes may still name a server whose log turned out corrupt
