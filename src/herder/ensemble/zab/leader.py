@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -33,6 +34,7 @@ from herder.ensemble.zab.messages import (
     Ack,
     AckEpoch,
     Commit,
+    Committed,
     Diff,
     Inform,
     LeaderInfo,
@@ -54,6 +56,9 @@ from herder.ensemble.zab.sync import SyncKind, SyncThrottle, TxnLogReader, plan_
 from herder.ensemble.zab.zxid import COUNTER_MASK, hex_zxid, make_zxid
 
 log = logging.getLogger(__name__)
+
+#: a sync stream's committed txns go out in packets of about this many bytes
+SYNC_BATCH_BYTES = 1 << 20
 
 
 class ZabPhase(enum.IntEnum):
@@ -327,6 +332,7 @@ class Leader:
             hex_zxid(s.peer_zxid),
             plan.kind.value,
         )
+        pairs: Sequence[Txn]
         if plan.kind is SyncKind.SNAP:
             snapshot = node.host.snapshot_for_sync()
             in_memory = len(history) > 0 and history.first <= snapshot.zxid
@@ -340,15 +346,25 @@ class Leader:
             pairs = [t for t in history.upto(sync_point) if t.zxid > snapshot.zxid]
         else:
             self._send(s, Diff if plan.kind is SyncKind.DIFF else Trunc, zxid=plan.zxid)
-            pairs = list(plan.txns)
-        for txn in pairs:
-            self._send(s, Proposal, txn=txn)
-            self._send(s, Commit, zxid=txn.zxid)
+            pairs = plan.txns
+        self._send_committed(s, pairs)
         if not s.observer:
             for txn in history.after(sync_point):
                 self._send(s, Proposal, txn=txn)
         self._send(s, NewLeader, zxid=make_zxid(self.epoch, 0))
         s.phase = SessionPhase.SYNCING
+
+    def _send_committed(self, s: LearnerSession, txns: Sequence[Txn]) -> None:
+        batch: list[Txn] = []
+        size = 0
+        for txn in txns:
+            batch.append(txn)
+            size += 16 + len(txn.payload)
+            if size >= SYNC_BATCH_BYTES:
+                self._send(s, Committed, txns=batch)
+                batch, size = [], 0
+        if batch:
+            self._send(s, Committed, txns=batch)
 
     def _txn_log_reader(self) -> TxnLogReader | None:
         factor = self.node.config.snapshot_size_factor

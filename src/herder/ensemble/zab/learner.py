@@ -30,6 +30,7 @@ from herder.ensemble.zab.messages import (
     Ack,
     AckEpoch,
     Commit,
+    Committed,
     Diff,
     FollowerInfo,
     Inform,
@@ -259,6 +260,14 @@ class Learner:
         self._expect(packet, LearnerPhase.SYNCING, LearnerPhase.SYNCED, LearnerPhase.BROADCAST)
         self._commit(packet.zxid)
 
+    def _on_committed(self, packet: Committed) -> None:
+        self._expect(packet, LearnerPhase.SYNCING)
+        take = self._take
+        for txn in packet.txns:
+            take(txn)
+        if packet.txns:
+            self._commit(packet.txns[-1].zxid)
+
     def _on_inform(self, packet: Inform) -> None:
         self._expect(packet, LearnerPhase.SYNCING, LearnerPhase.SYNCED, LearnerPhase.BROADCAST)
         self._take(packet.txn)
@@ -346,6 +355,7 @@ _HANDLERS: dict[type, Any] = {
     Snap: Learner._on_snap,
     Proposal: Learner._on_proposal,
     Commit: Learner._on_commit,
+    Committed: Learner._on_committed,
     Inform: Learner._on_inform,
     NewLeader: Learner._on_newleader,
     UpToDate: Learner._on_uptodate,
