@@ -82,14 +82,14 @@ def run_and_report(run: Callable[[], tuple[dict[str, Any], int]], *, pretty: boo
 
     Every benchmark's figures go out through here, stamped with the commit measured and
     the machine's load before and after (see :mod:`bench.provenance`)."""
-    load_before = provenance.load_average()
+    started = provenance.Provenance()
     with sigterm_as_interrupt():
         try:
             figures, status = run()
         except KeyboardInterrupt:
             progress("interrupted: every process the benchmark started was stopped")
             return 130
-    emit_json(provenance.stamp(figures, load_before), pretty=pretty)
+    emit_json(started.stamp(figures), pretty=pretty)
     return status
 
 

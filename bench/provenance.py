@@ -4,9 +4,9 @@ Figures from two runs can only be compared honestly when each says what code it
 measured and how busy the machine was meanwhile. :func:`_procs.run_and_report` (which
 every benchmark ends with) adds both, from here:
 
-* ``git``: the commit measured, and ``dirty: true`` when tracked files differ from it
-  (untracked files do not count: a benchmark's own output redirected into the tree
-  would otherwise mark every run dirty);
+* ``git``: the commit measured (read as the benchmark starts), and ``dirty: true``
+  when tracked files differ from it (untracked files do not count: a benchmark's own
+  output redirected into the tree would otherwise mark every run dirty);
 * ``load``: the machine's load averages (1, 5 and 15 minutes) before and after the run,
   and its CPU count, against which a load average reads.
 """
@@ -50,14 +50,22 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def stamp(figures: dict[str, Any], load_before: list[float]) -> dict[str, Any]:
-    """``figures`` with ``git`` and ``load`` added (the load after is read now)."""
-    return {
-        **figures,
-        "git": git_state(),
-        "load": {
-            "cpu_count": os.cpu_count(),
-            "before": load_before,
-            "after": load_average(),
-        },
-    }
+class Provenance:
+    """Read when a benchmark starts (the code it runs, the load it meets), completed
+    when it ends (the load it leaves)."""
+
+    def __init__(self) -> None:
+        self.git = git_state()
+        self.load_before = load_average()
+
+    def stamp(self, figures: dict[str, Any]) -> dict[str, Any]:
+        """``figures`` with ``git`` and ``load`` added."""
+        return {
+            **figures,
+            "git": self.git,
+            "load": {
+                "cpu_count": os.cpu_count(),
+                "before": self.load_before,
+                "after": load_average(),
+            },
+        }
