@@ -196,6 +196,8 @@ class Leader:
         elif isinstance(packet, Request):
             if self.established and s.phase is SessionPhase.UP_TO_DATE:
                 self.propose(packet.payload)
+                if self.node.config.faults.propose_requests_twice:
+                    self.propose(packet.payload)
         elif isinstance(packet, AckEpoch) and s.phase is SessionPhase.CONNECTED:
             self._on_ack_epoch(s, packet)
         else:

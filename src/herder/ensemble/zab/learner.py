@@ -254,6 +254,8 @@ class Learner:
             return
         if zxid > self.node.history.last:
             raise StepDown(f"COMMIT {hex_zxid(zxid)} for a txn never proposed to us")
+        if self.node.config.faults.follower_ignores_commits and not self.observer:
+            return
         self.node.commit(zxid)
 
     def _on_commit(self, packet: Commit) -> None:
