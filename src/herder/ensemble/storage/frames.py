@@ -117,15 +117,25 @@ def scan(data: bytes, after_zxid: int, *, until: int | None = None) -> Scan:
     problem: str | None = None
     out_of_order = False
     claimed_end = pos
+    # _check, inlined with its names bound locally: a server reads its whole log through
+    # this loop when it starts, before it can rejoin its ensemble
+    unpack, crc32c, keep = HEADER.unpack_from, google_crc32c.value, txns.append
     while pos + HEADER_SIZE <= size and (until is None or last < until):
-        if HEADER.unpack_from(data, pos)[0] == 0:
+        length, crc, zxid = unpack(data, pos)
+        if length == 0:
             break
-        zxid, claimed_end, problem = _check(data, pos)
-        if problem is None and zxid <= last:
+        claimed_end = pos + _LENGTH_AND_CRC + length
+        if length < _ZXID_SIZE:
+            problem = f"impossible record length {length}"
+        elif claimed_end > size:
+            problem = "incomplete record"
+        elif crc32c(data[pos + _LENGTH_AND_CRC : claimed_end]) != crc:
+            problem = "checksum mismatch"
+        elif zxid <= last:
             problem, out_of_order = f"zxid {zxid:#x} does not follow {last:#x}", True
         if problem is not None or (until is not None and zxid > until):
             break
-        txns.append(Txn(zxid, data[pos + HEADER_SIZE : claimed_end]))
+        keep(Txn(zxid, data[pos + HEADER_SIZE : claimed_end]))
         last, pos = zxid, claimed_end
     if until is not None:
         damage = None if problem is None else Damage(pos, problem, followed_by_valid=True)
