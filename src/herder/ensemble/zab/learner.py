@@ -6,8 +6,10 @@ ZooKeeper's ``Learner.syncWithLeader``, ``Follower.followLeader`` and
 1. send FOLLOWERINFO/OBSERVERINFO with the accepted epoch, opening a new session;
 2. on LEADERINFO, accept the new epoch: write ``acceptedEpoch`` and, once it is on
    disk, answer ACKEPOCH with the current epoch and last zxid (an epoch older than the
-   accepted one is refused: back to election);
-3. take the DIFF/TRUNC/SNAP and the PROPOSAL/COMMIT pairs that follow into the log;
+   accepted one is refused: back to election, after a wait that grows while the same
+   leader keeps refusing);
+3. take the DIFF/TRUNC/SNAP and the committed txns that follow (in batches) into the
+   log, then the proposals not yet committed;
 4. on NEWLEADER write ``currentEpoch``; ACK only once it and everything the sync
    brought are on disk;
 5. on UPTODATE hand out the synchronised history as committed and start serving;
