@@ -398,7 +398,7 @@ class Simulation:
         for server in live:
             assert server.peer is not None
             try:
-                server.peer.forward(payload)
+                server.peer.forward(payload, self.now)
             except NotLeader:
                 continue
             self.submitted[payload] = (server.sid, server.incarnation)
@@ -488,6 +488,6 @@ class Simulation:
             if status.state is ServerState.LEADING and status.serving:
                 self.live_payload = b"live-%d" % self.report.steps
                 self.live_leader = (server.sid, server.incarnation, status.epoch)
-                peer.propose(self.live_payload)
+                peer.propose(self.live_payload, self.now)
                 self._drain(server)
                 return

@@ -260,7 +260,7 @@ class ZabReplica:
         future: asyncio.Future[TxnResult] = asyncio.get_running_loop().create_future()
         self._pending[origin] = future
         try:
-            self.peer.forward(encode_txn(txn))
+            self.peer.forward(encode_txn(txn), _monotonic_ms())
         except NotLeader:
             del self._pending[origin]
             self._drive()

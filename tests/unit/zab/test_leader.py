@@ -349,3 +349,21 @@ def test_a_follower_that_acks_within_sync_limit_stays() -> None:
         seq += 2
     assert leader.peer.status.serving
     assert leader.peer.leading is not None and 2 in leader.peer.leading.sessions
+
+
+def test_a_proposal_is_timed_from_when_the_host_says_it_went_out() -> None:
+    leader = established(config(3), learners=(2, 3))
+    start = leader.now  # the last input; the host proposes 350 ms later
+    leader.peer.propose(b"w1", now_ms=start + 350)
+    leader.drain()
+    seq = 3
+    dropped_at = None
+    for now in range(start + 400, start + 1100, 50):
+        leader.tick(now)
+        leader.step(Ping(session=1002, seq=seq, zxid=0), 2)
+        leader.step(Ping(session=1003, seq=seq, zxid=0), 3)
+        seq += 1
+        if dropped_at is None and leader.peer.status.state is not ServerState.LEADING:
+            dropped_at = now
+    # syncLimit (500 ms) after it went out, not after the last input before it
+    assert dropped_at is not None and dropped_at >= start + 350 + 500

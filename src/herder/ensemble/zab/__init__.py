@@ -10,8 +10,9 @@ Inputs
     ``step(message, from_id, now_ms)`` for every message received;
     ``tick(now_ms)`` whenever ``next_deadline()`` has passed;
     ``disk_done(token, now_ms)`` once disk op ``token`` (and all before it) is durable;
-    ``propose(payload) -> zxid`` on the established leader (``NotLeader`` elsewhere);
-    ``forward(payload)`` anywhere synchronised (a learner sends it as a REQUEST);
+    ``propose(payload, now_ms) -> zxid`` on the established leader (``NotLeader``
+    elsewhere); ``forward(payload, now_ms)`` anywhere synchronised (a learner sends it
+    as a REQUEST);
     ``add_touches(touches)`` for the client-session touches a learner's PING carries.
 
 Outputs

@@ -132,24 +132,31 @@ class Peer:
         except StepDown as stop:
             self._look(now_ms, str(stop))
 
-    def propose(self, payload: bytes) -> int:
-        """Propose a client write; returns its zxid. Only an established leader can."""
+    def propose(self, payload: bytes, now_ms: int | None = None) -> int:
+        """Propose a client write; returns its zxid. Only an established leader can.
+
+        ``now_ms`` (else the time of the last input) is when the proposal goes out: a
+        follower that leaves it unacknowledged for ``syncLimit`` is dropped.
+        """
+        if now_ms is not None:
+            self._now = max(self._now, now_ms)
         role = self._role
         if not (isinstance(role, Leader) and role.established):
             raise NotLeader(f"server {self.id} is not an established leader")
+        role.now = max(role.now, self._now)
         try:
             return role.propose(payload)
         except StepDown as stop:
             self._look(self._now, str(stop))
             raise NotLeader(f"server {self.id} stepped down: {stop}") from None
 
-    def forward(self, payload: bytes) -> None:
+    def forward(self, payload: bytes, now_ms: int | None = None) -> None:
         """Get a client write proposed: directly on the leader, by REQUEST on a learner."""
         role = self._role
         if isinstance(role, Learner) and role.synced:
             role.forward(payload)
         elif isinstance(role, Leader) and role.established:
-            self.propose(payload)
+            self.propose(payload, now_ms)
         else:
             raise NotLeader(f"server {self.id} has no established leader to forward to")
 
