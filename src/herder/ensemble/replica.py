@@ -578,6 +578,10 @@ class ZabReplica:
     # -- HostLog ------------------------------------------------------------------------
 
     def read_log(self, start: int, limit_bytes: int | None) -> Sequence[ZabTxn] | None:
+        if limit_bytes is not None and self.storage.log_bytes_after(start) > limit_bytes:
+            # over the limit (a SNAP it is): known from the records' headers alone,
+            # without reading a whole log file back to find out
+            return None
         out: list[ZabTxn] = []
         size = 0
         for txn in self.storage.transactions_from(start):

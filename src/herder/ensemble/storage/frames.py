@@ -104,6 +104,27 @@ def _valid_frame_after(data: bytes, damaged: int, claimed_end: int, after_zxid: 
     return False
 
 
+def bytes_after(data: bytes, zxid: int, until: int) -> int:
+    """The framed bytes of the records above ``zxid`` (and at most ``until``) in ``data``.
+
+    Headers only: no checksum is checked and no payload copied, so a leader can weigh
+    a DIFF from its log against a SNAP for the price of a walk over the headers rather
+    than of reading the records back. A bad length ends the walk (the read that follows
+    a DIFF decision checks every record).
+    """
+    pos, size, total = 0, len(data), 0
+    unpack = HEADER.unpack_from
+    while pos + HEADER_SIZE <= size:
+        length, _, record_zxid = unpack(data, pos)
+        end = pos + _LENGTH_AND_CRC + length
+        if length < _ZXID_SIZE or end > size or record_zxid > until:
+            break
+        if record_zxid > zxid:
+            total += end - pos
+        pos = end
+    return total
+
+
 def scan(data: bytes, after_zxid: int, *, until: int | None = None) -> Scan:
     """Decode the records in ``data`` (one log file's content).
 
