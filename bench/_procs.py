@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import provenance
+
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG = 1
 # Looked up now, not in the forked child, where loading a library is not safe.
@@ -76,14 +78,18 @@ def run_and_emit(run: Callable[[], dict[str, Any]], *, pretty: bool = False) -> 
 
 def run_and_report(run: Callable[[], tuple[dict[str, Any], int]], *, pretty: bool = False) -> int:
     """:func:`run_and_emit` for a benchmark that also says how it went: its exit status
-    (non-zero when a run went wrong, with the figures printed all the same)."""
+    (non-zero when a run went wrong, with the figures printed all the same).
+
+    Every benchmark's figures go out through here, stamped with the commit measured and
+    the machine's load before and after (see :mod:`bench.provenance`)."""
+    started = provenance.Provenance()
     with sigterm_as_interrupt():
         try:
             figures, status = run()
         except KeyboardInterrupt:
             progress("interrupted: every process the benchmark started was stopped")
             return 130
-    emit_json(figures, pretty=pretty)
+    emit_json(started.stamp(figures), pretty=pretty)
     return status
 
 
@@ -518,8 +524,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
-        # a busy or reniced machine explains odd figures
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        # a reniced machine explains odd figures (the load is in ``load``: see provenance)
         "nice": os.nice(0),
     }
     with contextlib.suppress(OSError, ValueError, IndexError):

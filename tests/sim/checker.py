@@ -5,7 +5,9 @@
 * a server applies only committed txns: ones that a quorum of participants has had on
   disk (observers do not count);
 * at most one server leads each epoch: at most one ever finishes discovery for it;
-* zxids strictly increase, in every log and in every applied history.
+* zxids strictly increase, in every log and in every applied history;
+* no write is committed twice: every payload the simulator writes is unique, so the
+  same payload at two places of the history is one client write applied twice.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class Checker:
         self.leaders: dict[int, tuple[int, int]] = {}
         #: txn -> participants that have ever had it on disk
         self.durable: dict[Txn, set[int]] = {}
+        #: payload -> the zxid it was committed at
+        self.committed_at: dict[bytes, int] = {}
 
     def on_durable(self, sid: int, txns: list[Txn]) -> None:
         if sid not in self.config.voters:
@@ -72,6 +76,12 @@ class Checker:
                     f"({history[index].payload!r})"
                 )
         else:
+            first = self.committed_at.setdefault(txn.payload, txn.zxid)
+            if first != txn.zxid:
+                raise SafetyViolation(
+                    f"write {txn.payload!r} committed twice: at {hex_zxid(first)} and at "
+                    f"{hex_zxid(txn.zxid)}"
+                )
             history.append(txn)
         self.applied[sid] = index + 1
         self.last_applied[sid] = txn.zxid

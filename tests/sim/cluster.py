@@ -6,9 +6,20 @@ Every server runs the real :class:`~herder.ensemble.zab.Peer` over a simulated n
 writes arrive at random servers; servers crash, restart, and now and then find their
 log corrupt. :class:`~tests.sim.checker.Checker` checks safety after every step.
 
+A client model goes with the writes: a write is *acknowledged* once the server it was
+given to applies it (as a real server answers its client), and every write, acknowledged
+or not, must be committed at most once (:class:`~tests.sim.checker.Checker` catches a
+second commit of the same write at once).
+
 After ``steps`` steps the faults stop: the network heals, every server comes back, and a
 leader must be established and commit a new write within ``LIVENESS_MS`` of simulated
-time. All randomness comes from one ``random.Random(seed)``, so a failing seed replays
+time. Then every server must *converge* within ``LIVENESS_MS`` more: apply exactly the
+history committed, every acknowledged write once in it. The one server excused is one
+that accepted a later epoch than the final leader's (from a leader that never got
+established): Zab forbids it to follow an older epoch, so it waits for the next
+election, which a calm ensemble never holds.
+
+All randomness comes from one ``random.Random(seed)``, so a failing seed replays
 exactly (``python -m tests.sim --seed N``).
 """
 
@@ -87,6 +98,8 @@ class Report:
     leaders: int = 0
     syncs: Counter[str] = field(default_factory=Counter)
     liveness_ms: int = 0
+    acknowledged_writes: int = 0
+    convergence_ms: int = 0
 
 
 class Simulation:
@@ -138,6 +151,10 @@ class Simulation:
         self.live_payload: bytes | None = None
         self.live_leader: tuple[int, int, int] | None = None
         self.live_done = False
+        #: client writes: the server (and incarnation) each was given to, and those that
+        #: server has applied, which is when a real server answers its client
+        self.submitted: dict[bytes, tuple[int, int]] = {}
+        self.acknowledged: set[bytes] = set()
 
     # -- the event queue ----------------------------------------------------------------
 
@@ -188,10 +205,47 @@ class Simulation:
         if self.servers[self.live_leader[0]].applied != self.checker.history:
             # every write ever applied anywhere must be in the state of today's leader
             raise SafetyViolation("the last leader's state lacks acknowledged writes")
+        self._converge(self.now)
+        report.convergence_ms = self.now - start - report.liveness_ms
+        self._check_acknowledged()
         report.commits = len(self.checker.history)
         if report.commits < MIN_COMMITS:
             raise LivenessFailure(f"only {report.commits} writes committed")
         return report
+
+    def _lagging(self) -> list[str]:
+        """The servers that have not applied the committed history, and where they are."""
+        assert self.live_leader is not None
+        epoch = self.live_leader[2]
+        history = self.checker.history
+        out = []
+        for server in self.servers.values():
+            if server.applied == history:
+                continue
+            peer = server.peer
+            if peer is not None and peer.status.accepted_epoch > epoch:
+                continue  # promised a later epoch: it may not follow this one (see above)
+            out.append(f"server {server.sid} ({len(server.applied)} of {len(history)} txns)")
+        return out
+
+    def _converge(self, start: int) -> None:
+        """Step on until every server has applied exactly the committed history."""
+        deadline = start + LIVENESS_MS
+        while self._lagging():
+            if self.now > deadline:
+                raise LivenessFailure(
+                    f"not converged {LIVENESS_MS} ms after the last write committed: "
+                    + ", ".join(self._lagging())
+                )
+            self._step()
+
+    def _check_acknowledged(self) -> None:
+        """Every acknowledged write is in the final history (once: see the checker)."""
+        committed = {txn.payload for txn in self.checker.history}
+        lost = sorted(self.acknowledged - committed)
+        if lost:
+            raise SafetyViolation(f"acknowledged writes missing from the history: {lost[:5]}")
+        self.report.acknowledged_writes = len(self.acknowledged)
 
     def _exp(self, mean: int) -> int:
         return self.now + 1 + int(self.rng.expovariate(1 / mean))
@@ -290,9 +344,12 @@ class Simulation:
         checker = self.checker
         sid = server.sid
         applied = server.applied
+        submitted = self.submitted
         for txn in txns:
             checker.on_apply(sid, txn)
             applied.append(txn)
+            if submitted.get(txn.payload) == (sid, server.incarnation):
+                self.acknowledged.add(txn.payload)
             if txn.payload == self.live_payload and self.live_leader is not None:
                 self.live_done = self.live_done or self.live_leader[0] == sid
         server.since_snapshot += len(txns)
@@ -337,12 +394,14 @@ class Simulation:
         self.rng.shuffle(live)
         self.writes += 1
         self.report.writes += 1
+        payload = b"w%d" % self.writes
         for server in live:
             assert server.peer is not None
             try:
-                server.peer.forward(b"w%d" % self.writes)
+                server.peer.forward(payload, self.now)
             except NotLeader:
                 continue
+            self.submitted[payload] = (server.sid, server.incarnation)
             self._drain(server)
             return
         self.report.rejected_writes += 1
@@ -429,6 +488,6 @@ class Simulation:
             if status.state is ServerState.LEADING and status.serving:
                 self.live_payload = b"live-%d" % self.report.steps
                 self.live_leader = (server.sid, server.incarnation, status.epoch)
-                peer.propose(self.live_payload)
+                peer.propose(self.live_payload, self.now)
                 self._drain(server)
                 return

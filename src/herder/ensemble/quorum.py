@@ -101,6 +101,8 @@ class QuorumNetwork:
         self._on_lost = on_lost
         self._bind_host = bind_host
         self._election: dict[int, _Link] = {}
+        #: set when a server with a smaller id connected: dial it now, not after a backoff
+        self._redial: dict[int, asyncio.Event] = {}
         self._last_vote: dict[int, bytes] = {}
         #: learner side: the connection to our leader (id, link or None while opening)
         self._to_leader: tuple[int, _Link | None] | None = None
@@ -136,7 +138,10 @@ class QuorumNetwork:
             await self._listen_tls(host, me.quorum_port, self._accept_quorum, "a quorum link")
         for sid in sorted(self.peers):
             if sid < self.my_id:
+                self._redial[sid] = asyncio.Event()
                 self._spawn(self._keep_election_link(sid))
+            elif sid > self.my_id:
+                self._spawn(self._announce(sid))
 
     async def _listen_tls(
         self,
@@ -284,11 +289,14 @@ class QuorumNetwork:
 
     async def _keep_election_link(self, sid: int) -> None:
         backoff = RETRY_MIN_S
+        redial = self._redial[sid]
         while not self._stopped:
+            redial.clear()
             try:
                 reader, writer = await self._open(sid, lambda p: p.election_port)
             except (OSError, TimeoutError):
-                await asyncio.sleep(backoff)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(redial.wait(), backoff)
                 backoff = min(backoff * 2, RETRY_MAX_S)
                 continue
             backoff = RETRY_MIN_S
@@ -296,6 +304,16 @@ class QuorumNetwork:
             await self._read(sid, reader, link)
             self._down_election(sid, link)
             await asyncio.sleep(RETRY_MIN_S)
+
+    async def _announce(self, sid: int) -> None:
+        """Tell server ``sid`` (a larger id, which opens our election link) that this
+        one is up, so that it connects at once: a restarted server then hears the
+        current votes in one round trip, not after the other's reconnection backoff.
+        ZooKeeper's ``QuorumCnxManager`` answers a connection from a smaller id the
+        same way."""
+        with contextlib.suppress(OSError, TimeoutError):
+            _, writer = await self._open(sid, lambda p: p.election_port)
+            writer.close()
 
     async def _keep_leader_link(self, leader: int) -> None:
         try:
@@ -354,8 +372,12 @@ class QuorumNetwork:
         if sid < 0:
             return
         if sid < self.my_id:
-            # the larger id opens election links; ours to that server is (re)opening
+            # the larger id opens election links: that server just came up (see
+            # _announce), so open ours now rather than at the end of its backoff
             writer.close()
+            redial = self._redial.get(sid)
+            if redial is not None:
+                redial.set()
             return
         link = self._up_election(sid, writer)
         await self._read(sid, reader, link)

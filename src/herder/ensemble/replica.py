@@ -52,6 +52,7 @@ from herder.ensemble.txn import (
 from herder.ensemble.zab import (
     Append,
     DiskOp,
+    DivergedHistory,
     EpochKind,
     Event,
     Following,
@@ -140,6 +141,7 @@ class ZabReplica:
         on_applied: Callable[[Txn, TxnResult], None],
         on_event: Callable[[Event], None],
         on_touches: Callable[[list[int]], None],
+        on_fatal: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self.config = config
         self.storage = storage
@@ -147,6 +149,7 @@ class ZabReplica:
         self._on_applied = on_applied
         self._on_event = on_event
         self._on_touches = on_touches
+        self._on_fatal = on_fatal
         self.watch = AppliedWatch()
         recovery = storage.recovery
         tail: list[ZabTxn] = []
@@ -196,7 +199,8 @@ class ZabReplica:
         self._disk: deque[DiskOp | _TakeSnapshot] = deque()
         self._disk_wake = asyncio.Event()
         self._disk_task: asyncio.Task[None] | None = None
-        self._disk_failed: BaseException | None = None
+        #: why this server stopped taking part (see _fail); None while it takes part
+        self.failure: str | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
         self._driving = False
@@ -257,39 +261,104 @@ class ZabReplica:
         future: asyncio.Future[TxnResult] = asyncio.get_running_loop().create_future()
         self._pending[origin] = future
         try:
-            self.peer.forward(encode_txn(txn))
+            self.peer.forward(encode_txn(txn), _monotonic_ms())
         except NotLeader:
             del self._pending[origin]
             self._drive()
             raise
+        except Exception as exc:
+            del self._pending[origin]
+            self._core_failed(exc)
+            raise ServerStopping(
+                f"server {self.config.server_id} stopped: {self.failure}"
+            ) from None
         self._drive()
         return await asyncio.shield(future)
 
     # -- inputs -----------------------------------------------------------------------
 
+    # Every input reaches the core through one of these. An exception out of the core
+    # (a step down never leaves it) means this server cannot go on: one that re-synced
+    # would only meet the same error again, so it stops (see _fail).
+
     def _message(self, sid: int, message: Message) -> None:
+        if self.failure is not None:
+            return
         kind = _SYNC_KINDS.get(type(message))
         if kind is not None:
             self.last_sync = kind
             self.syncs[kind] += 1
-        self.peer.step(message, sid, _monotonic_ms())
-        self._drive()
+        try:
+            self.peer.step(message, sid, _monotonic_ms())
+            self._drive()
+        except Exception as exc:
+            self._core_failed(exc)
 
     def _lost(self, sid: int) -> None:
-        self.peer.disconnected(sid, _monotonic_ms())
-        self._drive()
+        if self.failure is not None:
+            return
+        try:
+            self.peer.disconnected(sid, _monotonic_ms())
+            self._drive()
+        except Exception as exc:
+            self._core_failed(exc)
 
     def _tick(self) -> None:
         self._timer = self._timer_at = None
+        if self.failure is not None:
+            return
         if self._touched and not self.leading:
             self.peer.add_touches([s.to_bytes(8, "big") for s in self._touched])
             self._touched.clear()
-        self.peer.tick(_monotonic_ms())
-        self._drive()
+        try:
+            self.peer.tick(_monotonic_ms())
+            self._drive()
+        except Exception as exc:
+            self._core_failed(exc)
 
     def _disk_done(self, token: int) -> None:
-        self.peer.disk_done(token, _monotonic_ms())
-        self._drive()
+        if self.failure is not None:
+            return
+        try:
+            self.peer.disk_done(token, _monotonic_ms())
+            self._drive()
+        except Exception as exc:
+            self._core_failed(exc)
+
+    def _core_failed(self, exc: Exception) -> None:
+        if isinstance(exc, DivergedHistory):
+            self._fail(
+                f"its history diverged from the leader's ({exc}); it must not serve a"
+                " rewritten history. Move its data directory aside and start it again to"
+                " re-sync by SNAP from the leader",
+            )
+        else:
+            self._fail(f"its replication failed ({type(exc).__name__}: {exc})", exc)
+
+    def _fail(self, reason: str, exc: BaseException | None = None) -> None:
+        """Stop taking part in the ensemble for good, loudly, and tell the server.
+
+        A server that kept its links after such a failure would be a zombie: answering
+        the leader's pings (or, leading, pinging its learners) while it can no longer
+        log or apply anything. It closes them instead, so the others drop it at once,
+        and the server exits with a non-zero status for its supervisor to see.
+        """
+        if self.failure is not None:
+            return
+        self.failure = reason
+        log.critical(
+            "server %d: stopping: %s",
+            self.config.server_id,
+            reason,
+            exc_info=exc,
+        )
+        self.serving = self.leading = False
+        self.stop_accepting()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = self._timer_at = None
+        asyncio.get_running_loop().create_task(self.net.stop())
+        self._on_fatal(reason)
 
     # -- effects ----------------------------------------------------------------------
 
@@ -445,16 +514,14 @@ class ZabReplica:
                 raise
             except Exception as exc:
                 # Whatever is on disk now is not what the peer was promised: stop
-                # answering for it. The peer never hears this op completed, so it ACKs
-                # nothing more and the others carry on without this server.
-                log.critical(
-                    "server %d: disk operation failed; this server stops taking part: %s",
-                    self.config.server_id,
+                # answering for it, and stop answering at all, so the others drop this
+                # server at once rather than keep a silent zombie.
+                self._fail(
+                    f"a disk operation failed ({type(exc).__name__}: {exc}); fix the data"
+                    " directory (free space, permissions, the device) and start it again:"
+                    " it recovers from its log and re-syncs with the leader",
                     exc,
-                    exc_info=True,
                 )
-                self._disk_failed = exc
-                self.stop_accepting()
                 return
 
     def _run(self, op: DiskOp) -> None:
@@ -512,6 +579,10 @@ class ZabReplica:
     # -- HostLog ------------------------------------------------------------------------
 
     def read_log(self, start: int, limit_bytes: int | None) -> Sequence[ZabTxn] | None:
+        if limit_bytes is not None and self.storage.log_bytes_after(start) > limit_bytes:
+            # over the limit (a SNAP it is): known from the records' headers alone,
+            # without reading a whole log file back to find out
+            return None
         out: list[ZabTxn] = []
         size = 0
         for txn in self.storage.transactions_from(start):

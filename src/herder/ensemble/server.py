@@ -122,6 +122,9 @@ class EnsembleServer:
         self.started_at = time.monotonic()
         #: the admin and metrics HTTP ports that are on
         self.admin_servers: list[AdminServer] = []
+        #: why the server stopped by itself (a diverged history, a failed disk), if it did
+        self.failure: str | None = None
+        self._fatal_stop: asyncio.Task[None] | None = None
 
     @property
     def state(self) -> StateMachine:
@@ -214,6 +217,7 @@ class EnsembleServer:
             on_applied=self._applied,
             on_event=self._zab_event,
             on_touches=self._touched,
+            on_fatal=self._fatal,
         )
         self.replica = replica
         self.pipeline = replica
@@ -308,6 +312,11 @@ class EnsembleServer:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    def _fatal(self, reason: str) -> None:
+        """The replica stopped taking part in the ensemble for good: stop the server."""
+        self.failure = reason
+        self._fatal_stop = asyncio.get_running_loop().create_task(self.stop())
 
     # -- roles (replicated) -----------------------------------------------------------
 
@@ -701,6 +710,14 @@ async def run_server(server: EnsembleServer) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("server %d stopping on signal", server.config.server_id)
+    signalled = asyncio.ensure_future(stop.wait())
+    stopped = asyncio.ensure_future(server.wait_stopped())
+    await asyncio.wait((signalled, stopped), return_when=asyncio.FIRST_COMPLETED)
+    signalled.cancel()
+    stopped.cancel()
+    if server.failure is None:
+        log.info("server %d stopping on signal", server.config.server_id)
     await server.stop()
+    if server.failure is not None:
+        # a non-zero exit, so that a supervisor sees the server failed
+        raise HerderError(f"server {server.config.server_id} stopped: {server.failure}")

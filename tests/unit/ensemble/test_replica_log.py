@@ -51,6 +51,10 @@ def test_read_log_starts_at_the_txn_at_or_before_the_learner_and_honours_the_lim
         assert txns is not None and txns[0].zxid == zx(3) and txns[-1].zxid == zx(60)
         # what the learner lacks is more than the limit: not from the log
         assert replica.read_log(zx(4), 100) is None
+        # the bytes after a zxid, from the records' headers: 20-byte payloads, 16 more
+        assert storage.log_bytes_after(zx(40)) == 20 * 36
+        assert replica.read_log(zx(40), 20 * 36 + 36) is not None
+        assert replica.read_log(zx(40), 20 * 36 - 1) is None
         # a learner before the log begins
         assert replica.read_log(0, None) is None
     finally:

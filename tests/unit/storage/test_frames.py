@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from herder.ensemble.storage.frames import encode, scan
+from herder.ensemble.storage.frames import bytes_after, encode, scan
 
 pytestmark = pytest.mark.unit
 
@@ -68,3 +68,14 @@ def test_scanning_until_a_zxid_ignores_what_follows() -> None:
     result = scan(half_written, 0, until=2)
     assert [t.zxid for t in result.txns] == [1, 2]
     assert (result.end, result.damage) == (starts[2], None)
+
+
+@given(payloads, st.integers(0, 13), st.integers(0, 13), st.integers(0, 100))
+def test_bytes_after_a_zxid_counts_the_frames_a_scan_returns_after_it(
+    records: list[bytes], zxid: int, until: int, pad: int
+) -> None:
+    data, _ = _log(records)
+    expected = sum(
+        len(encode(t.zxid, t.payload)) for t in scan(data, 0).txns if zxid < t.zxid <= until
+    )
+    assert bytes_after(data + bytes(pad), zxid, until) == expected

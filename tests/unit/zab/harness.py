@@ -18,7 +18,7 @@ from herder.ensemble.zab import (
     ZabConfig,
     make_zxid,
 )
-from herder.ensemble.zab.messages import Notification, QuorumPacket
+from herder.ensemble.zab.messages import Committed, Notification, QuorumPacket
 
 
 def z(epoch: int, counter: int) -> int:
@@ -196,11 +196,14 @@ def sync_learner(
 
 
 def kinds(packets: Sequence[QuorumPacket]) -> list[str]:
-    """A readable trace: ``["LeaderInfo(2)", "Diff(0x100000003)", "Proposal(0x…)", …]``."""
+    """A readable trace: ``["LeaderInfo(2)", "Diff(0x100000003)", "Committed(0x…)", …]``."""
     out = []
     for p in packets:
         name = type(p).__name__
-        if hasattr(p, "txn"):
+        if isinstance(p, Committed):
+            # a batch of the sync stream, one entry per txn whatever the batching
+            out += [f"{name}({t.zxid:#x})" for t in p.txns]
+        elif hasattr(p, "txn"):
             out.append(f"{name}({p.txn.zxid:#x})")
         elif hasattr(p, "zxid"):
             out.append(f"{name}({p.zxid:#x})")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from herder.ensemble.zab import Leading, PersistedState, ServerState
@@ -142,3 +144,35 @@ def test_a_single_server_ensemble_leads_and_commits_alone() -> None:
     zxid = cluster.peer(1).propose(b"solo")
     cluster.settle()
     assert [t.zxid for t in cluster.applied[1]] == [zxid]
+
+
+def test_a_server_whose_accepted_epoch_is_past_the_leaders_backs_off_and_warns_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from herder.ensemble.zab.messages import FollowerInfo
+
+    cluster = MiniCluster(config(3))
+    cluster.crash(3)
+    cluster.advance(3000)
+    leader = cluster.leader()
+    assert leader in (1, 2)
+    epoch = cluster.peer(leader).status.epoch
+    # server 3 accepted a later epoch from a leader that never got established
+    caplog.set_level(logging.INFO, logger="herder.ensemble.zab")
+    cluster.start(3, PersistedState(accepted_epoch=epoch + 5, current_epoch=epoch - 1))
+    cluster.advance(20_000)
+    infos = [e for e in cluster.drivers[3].sent if isinstance(e.message, FollowerInfo)]
+    # the wait doubles from a tick (100 ms) up to initLimit (1 s): about 20 in 20 s,
+    # where retrying at once loops as fast as messages travel
+    assert 5 <= len(infos) <= 25
+    refused = [r for r in caplog.records if "cannot follow" in r.getMessage()]
+    assert [r.levelno for r in refused if r.levelno >= logging.INFO] == [logging.WARNING]
+    loud = [r for r in caplog.records if r.levelno >= logging.INFO and "server 3" in r.getMessage()]
+    assert len(loud) <= 6
+    # once the leader goes, the next election counts server 3's epoch and takes it in
+    cluster.crash(leader)
+    cluster.advance(5000)
+    new_leader = cluster.leader()
+    assert new_leader is not None
+    assert cluster.peer(new_leader).status.epoch > epoch + 5
+    assert cluster.peer(3).status.serving

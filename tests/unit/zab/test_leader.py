@@ -9,6 +9,7 @@ from herder.ensemble.zab import (
     Leading,
     Looking,
     LostLeadership,
+    Ready,
     SaveEpoch,
     ServerState,
     Snapshot,
@@ -25,6 +26,7 @@ from herder.ensemble.zab.messages import (
     NewLeader,
     Ping,
     Proposal,
+    QuorumPacket,
     Request,
     UpToDate,
 )
@@ -41,6 +43,12 @@ from tests.unit.zab.harness import (
 )
 
 pytestmark = pytest.mark.unit
+
+
+def ready_packets(ready: Ready, sid: int) -> list[QuorumPacket]:
+    return [
+        e.message for e in ready.messages if e.to == sid and isinstance(e.message, QuorumPacket)
+    ]
 
 
 def established(cfg: ZabConfig | None = None, *, learners: tuple[int, ...] = (2,)) -> Driver:
@@ -81,6 +89,19 @@ def test_a_learner_ahead_of_the_leader_is_refused() -> None:
         f"Diff({z(1, 1):#x})",
         f"NewLeader({z(2, 0):#x})",
     ]
+
+
+def test_a_learner_ahead_of_an_established_leader_is_truncated_at_once() -> None:
+    # learner 3 logged z(1, 2)..z(1, 5) that never reached a quorum; the leader was
+    # established without them, so they were never committed: TRUNC, not refusal
+    leader = elected_leader(config(), log_tail=txns(z(1, 1)))
+    sync_learner(leader, 2, z(1, 1), 1)
+    leader.step(Ack(session=1002, seq=2, zxid=z(2, 0)), 2)
+    assert leader.peer.status.serving
+    got = sync_learner(leader, 3, z(1, 5), 1)
+    assert kinds(got) == ["LeaderInfo(2)", f"Trunc({z(1, 1):#x})", f"NewLeader({z(2, 0):#x})"]
+    ready = leader.step(Ack(session=1003, seq=2, zxid=z(2, 0)), 3)
+    assert kinds(ready_packets(ready, 3)) == ["UpToDate"]
 
 
 def test_establishment_needs_a_quorum_of_newleader_acks_and_commits_the_history() -> None:
@@ -242,3 +263,107 @@ def test_a_closed_learner_connection_drops_it_and_without_a_quorum_the_leader_st
     assert isinstance(lost, LostLeadership) and "quorum" in lost.reason
     assert isinstance(looking, Looking)
     assert leader.peer.status.state is ServerState.LOOKING
+
+
+def test_each_wait_of_a_new_leader_gets_its_own_init_limit() -> None:
+    # initLimit is 10 ticks of 100 ms. The quorum connects late, the epoch is acked late
+    # and the sync is slow (a large SNAP): each wait is under initLimit, all three are not
+    leader = elected_leader(config())  # elected at 50 ms
+    for now in range(100, 1000, 50):
+        leader.tick(now)
+    leader.step(FollowerInfo(session=7, seq=0, accepted_epoch=1), 2)  # at 950
+    for now in range(1000, 1900, 50):
+        leader.tick(now)
+    leader.step(AckEpoch(session=7, seq=1, current_epoch=1, last_zxid=0), 2)  # at 1850
+    assert isinstance(leader.to(2)[-1], NewLeader)
+    for now in range(1900, 2800, 50):
+        leader.tick(now)
+        leader.step(Ping(session=7, seq=2 + (now - 1900) // 50, zxid=0), 2)
+    assert leader.peer.status.state is ServerState.LEADING
+    ready = leader.step(Ack(session=7, seq=20, zxid=z(2, 0)), 2)
+    assert Leading(2) in ready.events
+
+
+def test_a_new_leader_still_gives_up_after_init_limit_without_newleader_acks() -> None:
+    leader = elected_leader(config())
+    leader.step(FollowerInfo(session=7, seq=0, accepted_epoch=1), 2)
+    leader.tick(500)
+    leader.step(AckEpoch(session=7, seq=1, current_epoch=1, last_zxid=0), 2)  # at 500
+    leader.tick(1450)
+    assert leader.peer.status.state is ServerState.LEADING
+    ready = leader.tick(1500)
+    assert isinstance(ready.events[0], Looking)
+    assert "NEWLEADER" in ready.events[0].reason
+
+
+def test_a_follower_that_answers_pings_but_never_acks_a_proposal_is_dropped() -> None:
+    # follower 2's disk is stuck: it answers every ping but ACKs nothing; follower 3
+    # ACKs. syncLimit is 5 ticks of 100 ms
+    leader = established(config(3), learners=(2, 3))
+    seqs = {2: 3, 3: 3}
+    start = leader.now
+    zxid = leader.peer.propose(b"w1")
+    leader.drain()
+    leader.step(Ack(session=1003, seq=seqs[3], zxid=zxid), 3)
+    seqs[3] += 1
+    dropped_at = None
+    for now in range(start + 50, start + 1500, 50):
+        leader.tick(now)
+        for sid in (2, 3):
+            leader.step(Ping(session=1000 + sid, seq=seqs[sid], zxid=0), sid)
+            seqs[sid] += 1
+        leading = leader.peer.leading
+        if dropped_at is None and leading is not None and 2 not in leading.sessions:
+            dropped_at = now
+    assert dropped_at is not None and dropped_at - start <= 600
+    assert leader.peer.status.serving  # 1 and 3 are still a quorum
+    assert leader.peer.leading is not None and 3 in leader.peer.leading.sessions
+
+
+def test_a_leader_whose_followers_never_ack_steps_down_after_sync_limit() -> None:
+    leader = established(config(3), learners=(2, 3))
+    seqs = {2: 3, 3: 3}
+    start = leader.now
+    leader.peer.propose(b"w1")
+    leader.drain()
+    events = []
+    for now in range(start + 50, start + 1500, 50):
+        events += leader.tick(now).events
+        if events:
+            break
+        for sid in (2, 3):
+            leader.step(Ping(session=1000 + sid, seq=seqs[sid], zxid=0), sid)
+            seqs[sid] += 1
+    assert leader.now - start <= 600
+    assert isinstance(events[0], LostLeadership) and "quorum" in events[0].reason
+
+
+def test_a_follower_that_acks_within_sync_limit_stays() -> None:
+    leader = established(config(3), learners=(2,))
+    seq = 3
+    for now in range(leader.now + 50, leader.now + 3000, 50):
+        zxid = leader.peer.propose(b"w%d" % now)
+        leader.tick(now)
+        leader.step(Ping(session=1002, seq=seq, zxid=0), 2)
+        leader.step(Ack(session=1002, seq=seq + 1, zxid=zxid - 1), 2)  # one behind
+        seq += 2
+    assert leader.peer.status.serving
+    assert leader.peer.leading is not None and 2 in leader.peer.leading.sessions
+
+
+def test_a_proposal_is_timed_from_when_the_host_says_it_went_out() -> None:
+    leader = established(config(3), learners=(2, 3))
+    start = leader.now  # the last input; the host proposes 350 ms later
+    leader.peer.propose(b"w1", now_ms=start + 350)
+    leader.drain()
+    seq = 3
+    dropped_at = None
+    for now in range(start + 400, start + 1100, 50):
+        leader.tick(now)
+        leader.step(Ping(session=1002, seq=seq, zxid=0), 2)
+        leader.step(Ping(session=1003, seq=seq, zxid=0), 3)
+        seq += 1
+        if dropped_at is None and leader.peer.status.state is not ServerState.LEADING:
+            dropped_at = now
+    # syncLimit (500 ms) after it went out, not after the last input before it
+    assert dropped_at is not None and dropped_at >= start + 350 + 500

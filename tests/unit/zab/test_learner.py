@@ -23,6 +23,7 @@ from herder.ensemble.zab.messages import (
     Ack,
     AckEpoch,
     Commit,
+    Committed,
     Diff,
     FollowerInfo,
     LeaderInfo,
@@ -106,9 +107,14 @@ def test_an_epoch_accepted_before_is_acked_at_once_with_minus_one() -> None:
     assert isinstance(ack, AckEpoch) and ack.current_epoch == -1
 
 
-def test_a_leader_with_an_older_epoch_is_refused() -> None:
+def test_a_leader_with_an_older_epoch_is_refused_and_asked_again_after_a_wait() -> None:
     learner, leader = following(PersistedState(accepted_epoch=6, current_epoch=4))
-    ready = leader.send(LeaderInfo, epoch=5)
+    leader.send(LeaderInfo, epoch=5)
+    assert not any(isinstance(p, AckEpoch) for p in leader.received())
+    # it waits a tick (100 ms) before it looks for a leader again
+    assert learner.peer.next_deadline() == 100
+    assert not learner.tick(99).events
+    ready = learner.tick(100)
     assert any(isinstance(e, Looking) and "older" in e.reason for e in ready.events)
     assert learner.peer.status.state is ServerState.LOOKING
 
@@ -130,6 +136,33 @@ def test_newleader_is_acked_only_once_the_diff_and_current_epoch_are_on_disk() -
     ]
     learner.release_disk()
     assert leader.received()[-1] == Ack(session=leader.info.session, seq=2, zxid=z(2, 0))
+
+
+def test_a_batch_of_the_sync_stream_is_logged_as_one_append_and_applied_at_uptodate() -> None:
+    learner, leader = following(PersistedState(accepted_epoch=1, current_epoch=1))
+    leader.send(LeaderInfo, epoch=2)
+    learner.hold_disk = True
+    leader.send(Diff, zxid=z(1, 3))
+    leader.send(Committed, txns=txns(z(1, 1), z(1, 2), z(1, 3)))
+    leader.send(NewLeader, zxid=z(2, 0))
+    assert learner.disk[-2:] == [
+        Append(token=4, txns=txns(z(1, 1), z(1, 2), z(1, 3))),
+        SaveEpoch(token=5, kind=EpochKind.CURRENT, epoch=2),
+    ]
+    assert learner.committed == []
+    learner.release_disk()
+    ready = leader.send(UpToDate)
+    assert [t.zxid for t in ready.committed] == [z(1, 1), z(1, 2), z(1, 3)]
+
+
+def test_a_batch_out_of_order_sends_the_learner_back_to_election() -> None:
+    _learner, leader = following(
+        PersistedState(accepted_epoch=1, current_epoch=1, log_tail=txns(z(1, 1), z(1, 2)))
+    )
+    leader.send(LeaderInfo, epoch=2)
+    leader.send(Diff, zxid=z(1, 3))
+    ready = leader.send(Committed, txns=txns(z(1, 2), z(1, 3)))
+    assert any(isinstance(e, Looking) and "does not follow" in e.reason for e in ready.events)
 
 
 def test_nothing_is_applied_before_uptodate_and_everything_synced_is_after() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from herder.ensemble.zab import Snapshot
-from herder.ensemble.zab.messages import Snap
+from herder.ensemble.zab.messages import Committed, Snap, Txn
 from herder.ensemble.zab.sync import SyncKind, plan_sync
 from tests.unit.zab.harness import FakeHost, config, elected_leader, kinds, sync_learner, txns, z
 
@@ -17,10 +17,8 @@ pytestmark = pytest.mark.unit
 
 
 def pairs(*zxids: int) -> list[str]:
-    out = []
-    for x in zxids:
-        out += [f"Proposal({x:#x})", f"Commit({x:#x})"]
-    return out
+    """The sync stream's committed txns (each a PROPOSAL and its COMMIT in ZooKeeper)."""
+    return [f"Committed({x:#x})" for x in zxids]
 
 
 def test_learner_inside_the_committed_log_gets_a_diff_of_what_it_lacks() -> None:
@@ -183,3 +181,12 @@ def test_plan_sync_on_its_own(peer: int, expected: tuple[SyncKind, int, list[int
     log = txns(*(z(1, i) for i in range(1, 6)))
     plan = plan_sync(peer, log, z(1, 5))
     assert (plan.kind, plan.zxid, [t.zxid for t in plan.txns]) == expected
+
+
+def test_a_long_sync_stream_goes_out_in_batches_of_about_a_mebibyte() -> None:
+    big = [Txn(z(1, i), bytes(300_000)) for i in range(1, 11)]  # 3 MB in all
+    leader = elected_leader(config(), log_tail=big)
+    got = sync_learner(leader, 2, 0, 1)
+    batches = [p for p in got if isinstance(p, Committed)]
+    assert [len(b.txns) for b in batches] == [4, 4, 2]
+    assert [t for b in batches for t in b.txns] == big

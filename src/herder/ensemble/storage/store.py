@@ -157,6 +157,10 @@ class Storage:
         """Durable transactions above ``zxid`` read back from disk (for a DIFF)."""
         return self._log.transactions_after(zxid)
 
+    def log_bytes_after(self, zxid: int) -> int:
+        """How many bytes the durable records above ``zxid`` take in the log."""
+        return self._log.bytes_after(zxid)
+
     def transactions_from(self, zxid: int) -> Iterator[Txn]:
         """Durable transactions from the log file holding ``zxid`` on: the last one at or
         before ``zxid`` among them (a DIFF's start), and everything after. Nothing if the

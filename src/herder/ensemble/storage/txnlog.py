@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from herder.ensemble.storage.files import FileHandle, FileSystem, read_all
-from herder.ensemble.storage.frames import Txn, encode, scan, zxid_of
+from herder.ensemble.storage.frames import Txn, bytes_after, encode, scan, zxid_of
 from herder.errors import CorruptStorage
 
 log = logging.getLogger(__name__)
@@ -298,6 +298,16 @@ class TxnLog:
             keep_from = max(bisect.bisect_right(starts, zxid) - 1, 0)
             doomed, self._files = self._files[:keep_from], self._files[keep_from:]
             return doomed
+
+    def bytes_after(self, zxid: int) -> int:
+        """The framed bytes of the durable records above ``zxid`` (see ``frames.bytes_after``)."""
+        with self._io_lock:
+            files, durable = list(self._files), self._durable_zxid
+        starts = [f.start for f in files]
+        total = 0
+        for file in files[max(bisect.bisect_right(starts, zxid + 1) - 1, 0) :]:
+            total += bytes_after(read_all(self._fs, file.path), zxid, durable)
+        return total
 
     def transactions_after(self, zxid: int) -> Iterator[Txn]:
         """The durable transactions above ``zxid``, read back from the files.

@@ -10,8 +10,9 @@ Inputs
     ``step(message, from_id, now_ms)`` for every message received;
     ``tick(now_ms)`` whenever ``next_deadline()`` has passed;
     ``disk_done(token, now_ms)`` once disk op ``token`` (and all before it) is durable;
-    ``propose(payload) -> zxid`` on the established leader (``NotLeader`` elsewhere);
-    ``forward(payload)`` anywhere synchronised (a learner sends it as a REQUEST);
+    ``propose(payload, now_ms) -> zxid`` on the established leader (``NotLeader``
+    elsewhere); ``forward(payload, now_ms)`` anywhere synchronised (a learner sends it
+    as a REQUEST);
     ``add_touches(touches)`` for the client-session touches a learner's PING carries.
 
 Outputs
@@ -55,13 +56,16 @@ Where this differs from ZooKeeper, and why:
 * In an election only voters answer, and only LOOKING notifications (ZooKeeper answers
   any notification from a non-voter), so that no two servers can answer each other
   forever.
-* A learner refused by its leader (too many syncs, ahead of the leader) learns it by
-  timing out rather than by a closed socket; a learner repeats FOLLOWERINFO every tick
-  until LEADERINFO comes, as ZooKeeper retries its connection to a leader that has not
-  finished its own election yet.
-* The leader drops a learner for silence only (ZooKeeper also drops one that has not
-  ACKed a proposal within ``syncLimit``); a learner whose disk is stuck stops ACKing,
-  and a quorum of those costs the leader its commits but not its safety.
+* A learner refused by its leader (too many syncs, ahead of the leader during
+  discovery) learns it by timing out rather than by a closed socket; a learner repeats
+  FOLLOWERINFO every tick until LEADERINFO comes, as ZooKeeper retries its connection to
+  a leader that has not finished its own election yet.
+* A learner that refuses its leader's epoch (older than one it accepted) waits before
+  the next election, a tick at first and doubling up to ``initLimit``, and says so once:
+  only an election that counts its accepted epoch can take it back in, and retrying at
+  once loops as fast as the network (ZooKeeper retries at once).
+* A sync stream's committed txns travel in batches (:class:`~.messages.Committed`,
+  about 1 MiB each) rather than as one PROPOSAL and one COMMIT per txn.
 """
 
 from herder.ensemble.zab.config import Faults, Role, ZabConfig

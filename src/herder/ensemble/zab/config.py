@@ -30,6 +30,10 @@ class Faults:
     skip_accepted_epoch_persist: bool = False
     #: a learner ACKs NEWLEADER before the DIFF/TRUNC/SNAP it received is durable
     ack_newleader_before_disk: bool = False
+    #: the leader proposes each client write a learner forwards (REQUEST) twice
+    propose_requests_twice: bool = False
+    #: a follower logs and ACKs proposals but never applies a COMMIT in broadcast
+    follower_ignores_commits: bool = False
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def vote_of(n: Notification) -> Vote:
 class Election:
     """One run of ``lookForLeader``; :meth:`receive` and :meth:`tick` return the final vote."""
 
-    def __init__(self, node: Node, election_epoch: int, now: int) -> None:
+    def __init__(self, node: Node, election_epoch: int, now: int, *, quiet: bool = False) -> None:
         self.node = node
         self.clock = election_epoch
         self.proposal = self._own_vote()
@@ -75,7 +75,8 @@ class Election:
         self.interval = node.config.finalize_wait_ms
         self.resend_at = now + self.interval
         self.finalize_at: int | None = None
-        log.info(
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
             "server %d: LOOKING, election epoch %d, voting for %d (zxid %s)",
             node.id,
             self.clock,

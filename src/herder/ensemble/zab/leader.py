@@ -16,14 +16,16 @@ One :class:`LearnerSession` per connected learner plays the part of ZooKeeper's
   committed and every synchronised learner gets UPTODATE.
 * **Broadcast.** A proposal commits, in zxid order, once a quorum of participants has
   it on disk; followers get COMMIT, observers INFORM with the txn. Every half tick the
-  leader pings its learners; a learner silent for ``sync_limit`` ticks is dropped, and a
-  leader left without a quorum of live followers steps down at once.
+  leader pings its learners; a learner silent for ``sync_limit`` ticks is dropped, and so
+  is a follower that answers pings but has left a proposal unacknowledged that long (a
+  stuck disk); a leader left without a quorum of live followers steps down at once.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -32,6 +34,7 @@ from herder.ensemble.zab.messages import (
     Ack,
     AckEpoch,
     Commit,
+    Committed,
     Diff,
     Inform,
     LeaderInfo,
@@ -53,6 +56,9 @@ from herder.ensemble.zab.sync import SyncKind, SyncThrottle, TxnLogReader, plan_
 from herder.ensemble.zab.zxid import COUNTER_MASK, hex_zxid, make_zxid
 
 log = logging.getLogger(__name__)
+
+#: a sync stream's committed txns go out in packets of about this many bytes
+SYNC_BATCH_BYTES = 1 << 20
 
 
 class ZabPhase(enum.IntEnum):
@@ -86,6 +92,25 @@ class LearnerSession:
     peer_zxid: int = -1  # where the learner's log ended when it acked the epoch
     acked: int = -1  # once synchronised: every proposal up to here is on its disk
     throttle: SyncThrottle | None = None
+    #: ZooKeeper's SyncLimitCheck, once NEWLEADER is acked: the oldest proposal sent and
+    #: not yet acked, and the newest one sent after it, each as (zxid, sent at)
+    oldest_unacked: tuple[int, int] | None = None
+    newest_unacked: tuple[int, int] | None = None
+
+    def proposed(self, zxid: int, now: int) -> None:
+        if self.oldest_unacked is None:
+            self.oldest_unacked = (zxid, now)
+        else:
+            self.newest_unacked = (zxid, now)
+
+    def on_ack(self, zxid: int) -> None:
+        """One ACK covers every proposal up to ``zxid``; what it leaves was sent no
+        earlier than the newest proposal's time, which errs on the lenient side."""
+        newest = self.newest_unacked
+        if newest is not None and zxid >= newest[0]:
+            self.oldest_unacked = self.newest_unacked = None
+        elif self.oldest_unacked is not None and zxid >= self.oldest_unacked[0]:
+            self.oldest_unacked, self.newest_unacked = newest, None
 
     def end_sync(self) -> None:
         if self.throttle is not None:
@@ -110,7 +135,13 @@ class Leader:
         self.epoch_acks = {node.id}
         self.newleader_acks: set[int] = set()
         self._current_token: int | None = None
-        self.establish_by = now + config.init_limit * config.tick_ms
+        # ZooKeeper gives each of the leader's three waits (a quorum connected, a quorum
+        # acked the epoch, a quorum acked NEWLEADER) initLimit ticks of its own, so a
+        # slow but healthy sync (a large SNAP) does not cost the leadership
+        self.init_window = config.init_limit * config.tick_ms
+        self.establish_by = now + self.init_window
+        self.waiting_for = "a quorum of learners to connect"
+        self.now = now
         self.half_tick = max(1, config.tick_ms // 2)
         self.next_ping = now + self.half_tick
         self._pings = 0
@@ -145,6 +176,7 @@ class Leader:
     # -- inputs ---------------------------------------------------------------------
 
     def receive(self, sender: int, packet: QuorumPacket, now: int) -> None:
+        self.now = now
         if isinstance(packet, LearnerInfo) and packet.seq == 0:
             self._connect(sender, packet, now)
             return
@@ -164,6 +196,8 @@ class Leader:
         elif isinstance(packet, Request):
             if self.established and s.phase is SessionPhase.UP_TO_DATE:
                 self.propose(packet.payload)
+                if self.node.config.faults.propose_requests_twice:
+                    self.propose(packet.payload)
         elif isinstance(packet, AckEpoch) and s.phase is SessionPhase.CONNECTED:
             self._on_ack_epoch(s, packet)
         else:
@@ -203,9 +237,14 @@ class Leader:
 
     def _on_epoch_ready(self) -> None:
         self._epoch_ready = True
+        self._wait_for("a quorum to acknowledge the epoch")
         for s in list(self.sessions.values()):
             self._send_leaderinfo(s)
         self._maybe_end_discovery()
+
+    def _wait_for(self, what: str) -> None:
+        self.waiting_for = what
+        self.establish_by = self.now + self.init_window
 
     def _send_leaderinfo(self, s: LearnerSession) -> None:
         if not s.leaderinfo_sent:
@@ -220,8 +259,11 @@ class Leader:
         s.phase = SessionPhase.EPOCH_ACKED
         s.peer_zxid = ack.last_zxid
         # a learner that had already accepted this epoch (-1) made its promise in an
-        # earlier session, and one with a corrupt log has no history to vouch for
-        if ack.current_epoch >= 0 and not s.needs_snap:
+        # earlier session, and one with a corrupt log has no history to vouch for.
+        # Once discovery is over, a quorum has vouched that nothing past the leader's
+        # history was committed: a learner ahead of it holds only uncommitted txns and
+        # is synchronised (TRUNC) like any other, as ZooKeeper's syncFollower does.
+        if ack.current_epoch >= 0 and not s.needs_snap and self.phase is ZabPhase.DISCOVERY:
             if (ack.current_epoch, ack.last_zxid) > self.summary:
                 self._drop(
                     s,
@@ -246,12 +288,14 @@ class Leader:
         ):
             return
         self.phase = ZabPhase.SYNCHRONIZATION
+        self._wait_for("a quorum to acknowledge NEWLEADER")
         self._current_token = node.save_epoch(EpochKind.CURRENT, self.epoch)
         for s in list(self.sessions.values()):
             if s.phase is SessionPhase.EPOCH_ACKED:
                 self._synchronise(s)
 
-    def disk_done(self) -> None:
+    def disk_done(self, now: int) -> None:
+        self.now = now
         node = self.node
         if self._accepted_token is not None and node.is_durable(self._accepted_token):
             self._accepted_token = None
@@ -290,6 +334,7 @@ class Leader:
             hex_zxid(s.peer_zxid),
             plan.kind.value,
         )
+        pairs: Sequence[Txn]
         if plan.kind is SyncKind.SNAP:
             snapshot = node.host.snapshot_for_sync()
             in_memory = len(history) > 0 and history.first <= snapshot.zxid
@@ -303,15 +348,25 @@ class Leader:
             pairs = [t for t in history.upto(sync_point) if t.zxid > snapshot.zxid]
         else:
             self._send(s, Diff if plan.kind is SyncKind.DIFF else Trunc, zxid=plan.zxid)
-            pairs = list(plan.txns)
-        for txn in pairs:
-            self._send(s, Proposal, txn=txn)
-            self._send(s, Commit, zxid=txn.zxid)
+            pairs = plan.txns
+        self._send_committed(s, pairs)
         if not s.observer:
             for txn in history.after(sync_point):
                 self._send(s, Proposal, txn=txn)
         self._send(s, NewLeader, zxid=make_zxid(self.epoch, 0))
         s.phase = SessionPhase.SYNCING
+
+    def _send_committed(self, s: LearnerSession, txns: Sequence[Txn]) -> None:
+        batch: list[Txn] = []
+        size = 0
+        for txn in txns:
+            batch.append(txn)
+            size += 16 + len(txn.payload)
+            if size >= SYNC_BATCH_BYTES:
+                self._send(s, Committed, txns=batch)
+                batch, size = [], 0
+        if batch:
+            self._send(s, Committed, txns=batch)
 
     def _txn_log_reader(self) -> TxnLogReader | None:
         factor = self.node.config.snapshot_size_factor
@@ -339,6 +394,7 @@ class Leader:
         elif s.phase >= SessionPhase.SYNCED:
             if not s.observer and ack.zxid > s.acked:
                 s.acked = ack.zxid
+                s.on_ack(ack.zxid)
                 self._try_commit()
         else:
             self._drop(s, f"ACK in phase {s.phase.name}")
@@ -393,9 +449,12 @@ class Leader:
             else (size, min(sizes[1], size), max(sizes[2], size))
         )
         node.log_append(txn)
+        now = self.now
         for s in self.sessions.values():
             if not s.observer and s.phase >= SessionPhase.SYNCING:
                 self._send(s, Proposal, txn=txn)
+                if s.phase >= SessionPhase.SYNCED:
+                    s.proposed(txn.zxid, now)
         return txn.zxid
 
     def _try_commit(self) -> None:
@@ -435,10 +494,11 @@ class Leader:
     # -- time ---------------------------------------------------------------------------
 
     def tick(self, now: int) -> None:
+        self.now = now
         config = self.node.config
         if not self.established and now >= self.establish_by:
             raise StepDown(
-                f"no quorum synchronised within initLimit ({config.init_limit} ticks)"
+                f"waited initLimit ({config.init_limit} ticks) for {self.waiting_for}"
                 f" in {self.phase.name}"
             )
         if now < self.next_ping:
@@ -476,5 +536,13 @@ class Leader:
             window = sync_window if s.phase >= SessionPhase.SYNCED else init_window
             if now - s.last_heard > window:
                 self._drop(s, f"silent for {now - s.last_heard} ms")
+            elif s.oldest_unacked is not None and now - s.oldest_unacked[1] >= sync_window:
+                # it answers pings, but its disk does not keep up (or is stuck)
+                zxid, sent = s.oldest_unacked
+                self._drop(
+                    s,
+                    f"proposal {hex_zxid(zxid)} unacknowledged for {now - sent} ms"
+                    f" (syncLimit is {config.sync_limit} ticks)",
+                )
         if self.established:
             self._require_quorum()

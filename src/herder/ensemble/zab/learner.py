@@ -6,8 +6,10 @@ ZooKeeper's ``Learner.syncWithLeader``, ``Follower.followLeader`` and
 1. send FOLLOWERINFO/OBSERVERINFO with the accepted epoch, opening a new session;
 2. on LEADERINFO, accept the new epoch: write ``acceptedEpoch`` and, once it is on
    disk, answer ACKEPOCH with the current epoch and last zxid (an epoch older than the
-   accepted one is refused: back to election);
-3. take the DIFF/TRUNC/SNAP and the PROPOSAL/COMMIT pairs that follow into the log;
+   accepted one is refused: back to election, after a wait that grows while the same
+   leader keeps refusing);
+3. take the DIFF/TRUNC/SNAP and the committed txns that follow (in batches) into the
+   log, then the proposals not yet committed;
 4. on NEWLEADER write ``currentEpoch``; ACK only once it and everything the sync
    brought are on disk;
 5. on UPTODATE hand out the synchronised history as committed and start serving;
@@ -30,6 +32,7 @@ from herder.ensemble.zab.messages import (
     Ack,
     AckEpoch,
     Commit,
+    Committed,
     Diff,
     FollowerInfo,
     Inform,
@@ -46,7 +49,7 @@ from herder.ensemble.zab.messages import (
     Txn,
     UpToDate,
 )
-from herder.ensemble.zab.node import Node, StepDown
+from herder.ensemble.zab.node import Node, Refusal, StepDown
 from herder.ensemble.zab.zxid import epoch_of, hex_zxid, make_zxid
 
 log = logging.getLogger(__name__)
@@ -61,7 +64,7 @@ class LearnerPhase(enum.IntEnum):
 
 
 class Learner:
-    def __init__(self, node: Node, leader: int, now: int) -> None:
+    def __init__(self, node: Node, leader: int, now: int, *, quiet: bool = False) -> None:
         self.node = node
         self.leader = leader
         self.observer = not node.is_participant
@@ -76,9 +79,18 @@ class Learner:
         self._snapshot: Snapshot | None = None
         self._snapshot_txns: list[Txn] = []
         self.acked = -1
+        #: refused by this leader: when to go back to election (see _refused)
+        self._give_up_at: int | None = None
+        self.now = now
         info = ObserverInfo if self.observer else FollowerInfo
         role = "observing" if self.observer else "following"
-        log.info("server %d: %s leader %d", node.id, role, leader)
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "server %d: %s leader %d",
+            node.id,
+            role,
+            leader,
+        )
         self._info = info(
             session=self.session,
             seq=0,
@@ -97,6 +109,8 @@ class Learner:
         return self.phase is LearnerPhase.BROADCAST
 
     def next_deadline(self) -> int:
+        if self._give_up_at is not None:
+            return self._give_up_at
         config = self.node.config
         limit = config.sync_limit if self.synced else config.init_limit
         timeout = self.last_heard + limit * config.tick_ms
@@ -112,6 +126,9 @@ class Learner:
     # -- inputs ---------------------------------------------------------------------
 
     def receive(self, sender: int, packet: QuorumPacket, now: int) -> None:
+        self.now = now
+        if self._give_up_at is not None:
+            return  # this session was abandoned when the leader's epoch was refused
         if sender != self.leader or packet.session != self.session or packet.seq < self.in_seq:
             return
         if packet.seq > self.in_seq:
@@ -134,10 +151,8 @@ class Learner:
         node = self.node
         epoch = packet.epoch
         if epoch < node.accepted_epoch:
-            raise StepDown(
-                f"leader {self.leader}'s epoch {epoch} is older than the accepted "
-                f"{node.accepted_epoch}"
-            )
+            self._refused(epoch)
+            return
         self.epoch = epoch
         self.phase = LearnerPhase.EPOCH_ACKED
         if epoch == node.accepted_epoch:
@@ -149,6 +164,40 @@ class Learner:
         else:
             current = node.current_epoch
             self._ackepoch = (node.save_epoch(EpochKind.ACCEPTED, epoch), current)
+
+    def _refused(self, epoch: int) -> None:
+        """The leader's epoch is older than one this server accepted: it cannot follow.
+
+        Only the next election (which counts this server's accepted epoch) can take it
+        back in. Going back to election at once would find the same leader and be
+        refused again, in a loop as fast as the network: wait instead, doubling the
+        wait (up to initLimit) while the same leader keeps refusing, and say so once.
+        A closed connection to the leader still ends the wait at once.
+        """
+        node = self.node
+        config = node.config
+        refusal = node.refusal
+        if refusal is not None and (refusal.leader, refusal.epoch) == (self.leader, epoch):
+            refusal.count += 1
+            level = logging.DEBUG
+        else:
+            refusal = node.refusal = Refusal(self.leader, epoch)
+            level = logging.WARNING
+        cap = config.init_limit * config.tick_ms
+        wait = min(config.tick_ms << min(refusal.count - 1, 30), cap)
+        log.log(
+            level,
+            "server %d: leader %d leads epoch %d, older than the epoch %d this server"
+            " accepted; it cannot follow before the next election, and asks again every"
+            " %d ms at most (refused %d time(s))",
+            node.id,
+            self.leader,
+            epoch,
+            node.accepted_epoch,
+            cap,
+            refusal.count,
+        )
+        self._give_up_at = self.now + wait
 
     def _send_ackepoch(self, current_epoch: int) -> None:
         node = self.node
@@ -207,11 +256,21 @@ class Learner:
             return
         if zxid > self.node.history.last:
             raise StepDown(f"COMMIT {hex_zxid(zxid)} for a txn never proposed to us")
+        if self.node.config.faults.follower_ignores_commits and not self.observer:
+            return
         self.node.commit(zxid)
 
     def _on_commit(self, packet: Commit) -> None:
         self._expect(packet, LearnerPhase.SYNCING, LearnerPhase.SYNCED, LearnerPhase.BROADCAST)
         self._commit(packet.zxid)
+
+    def _on_committed(self, packet: Committed) -> None:
+        self._expect(packet, LearnerPhase.SYNCING)
+        take = self._take
+        for txn in packet.txns:
+            take(txn)
+        if packet.txns:
+            self._commit(packet.txns[-1].zxid)
 
     def _on_inform(self, packet: Inform) -> None:
         self._expect(packet, LearnerPhase.SYNCING, LearnerPhase.SYNCED, LearnerPhase.BROADCAST)
@@ -243,6 +302,7 @@ class Learner:
         self._expect(packet, LearnerPhase.SYNCED)
         node = self.node
         self.phase = LearnerPhase.BROADCAST
+        node.refusal = None
         node.commit(min(self.commit_target, node.history.last))
         log.info("server %d: up to date with leader %d, epoch %d", node.id, self.leader, self.epoch)
         node.emit(Following(self.leader, self.epoch, self.observer))
@@ -252,7 +312,7 @@ class Learner:
         touches, node.touches = node.touches, []
         self._send(Ping, zxid=node.history.last, touches=touches)
 
-    def disk_done(self) -> None:
+    def disk_done(self, now: int) -> None:
         node = self.node
         if self._ackepoch is not None and node.is_durable(self._ackepoch[0]):
             current = self._ackepoch[1]
@@ -274,6 +334,15 @@ class Learner:
         self._send(Request, payload=payload)
 
     def tick(self, now: int) -> None:
+        self.now = now
+        if self._give_up_at is not None:
+            if now >= self._give_up_at:
+                raise StepDown(
+                    f"leader {self.leader}'s epoch is older than the accepted"
+                    f" {self.node.accepted_epoch}",
+                    quiet=self.node.refusal is not None and self.node.refusal.count > 1,
+                )
+            return
         config = self.node.config
         limit = config.sync_limit if self.synced else config.init_limit
         if now >= self.last_heard + limit * config.tick_ms:
@@ -290,6 +359,7 @@ _HANDLERS: dict[type, Any] = {
     Snap: Learner._on_snap,
     Proposal: Learner._on_proposal,
     Commit: Learner._on_commit,
+    Committed: Learner._on_committed,
     Inform: Learner._on_inform,
     NewLeader: Learner._on_newleader,
     UpToDate: Learner._on_uptodate,

@@ -122,6 +122,16 @@ class Commit(QuorumPacket, tag="commit", kw_only=True, frozen=True, gc=False):
     zxid: int
 
 
+class Committed(QuorumPacket, tag="committed", kw_only=True, frozen=True, gc=False):
+    """Part of a sync stream: ``txns``, in order, each as a PROPOSAL and its COMMIT.
+
+    ZooKeeper sends a learner that is behind one PROPOSAL and one COMMIT per missing
+    txn; a batch says the same in one packet, to be logged with one disk operation.
+    """
+
+    txns: list[Txn]
+
+
 class NewLeader(QuorumPacket, tag="newleader", kw_only=True, frozen=True, gc=False):
     """The end of synchronisation; ``zxid`` is the new epoch's first zxid."""
 
@@ -168,6 +178,7 @@ Message: TypeAlias = (
     | Snap
     | Proposal
     | Commit
+    | Committed
     | NewLeader
     | Ack
     | UpToDate

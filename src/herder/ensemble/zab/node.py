@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from dataclasses import dataclass
 
 from herder.ensemble.zab.config import Role, ZabConfig
 from herder.ensemble.zab.effects import (
@@ -29,7 +30,24 @@ from herder.ensemble.zab.zxid import epoch_of
 
 
 class StepDown(Exception):
-    """Raised inside a role to leave it: the peer goes back to leader election."""
+    """Raised inside a role to leave it: the peer goes back to leader election.
+
+    ``quiet`` marks a step down that repeats one already reported (a server retrying a
+    leader that keeps refusing it), logged at debug level only.
+    """
+
+    def __init__(self, reason: str, *, quiet: bool = False) -> None:
+        super().__init__(reason)
+        self.quiet = quiet
+
+
+@dataclass(slots=True)
+class Refusal:
+    """The leader (and its epoch) that last refused this server, and how many times."""
+
+    leader: int
+    epoch: int
+    count: int = 1
 
 
 class Node:
@@ -47,6 +65,7 @@ class Node:
         "id",
         "needs_snap",
         "outbox",
+        "refusal",
         "rng",
         "touches",
     )
@@ -76,6 +95,7 @@ class Node:
         # (token, end of the log once that op is durable), for ops that move the end
         self._log_ends: deque[tuple[int, int]] = deque()
         self._snap_token: int | None = None
+        self.refusal: Refusal | None = None
 
     # -- identity -------------------------------------------------------------------
 

@@ -63,6 +63,8 @@ class Peer:
         self.election_epoch = 0
         self.vote: Vote
         self.state = ServerState.LOOKING
+        #: the election under way repeats one already reported (see StepDown.quiet)
+        self._quiet = False
         #: the latest time an input brought, for inputs that bring none (propose)
         self._now = now_ms
         self._role: Election | Leader | Learner
@@ -87,7 +89,7 @@ class Peer:
             elif isinstance(message, QuorumPacket) and not isinstance(role, Election):
                 role.receive(from_id, message, now_ms)
         except StepDown as stop:
-            self._look(now_ms, str(stop))
+            self._look(now_ms, str(stop), quiet=stop.quiet)
 
     def tick(self, now_ms: int) -> None:
         """Let time pass: resend votes, ping, time out silent servers."""
@@ -99,7 +101,7 @@ class Peer:
             else:
                 role.tick(now_ms)
         except StepDown as stop:
-            self._look(now_ms, str(stop))
+            self._look(now_ms, str(stop), quiet=stop.quiet)
 
     def disk_done(self, token: int, now_ms: int) -> None:
         """Disk op ``token`` and every one issued before it are durable."""
@@ -108,7 +110,7 @@ class Peer:
         role = self._role
         try:
             if not isinstance(role, Election):
-                role.disk_done()
+                role.disk_done(now_ms)
         except StepDown as stop:
             self._look(now_ms, str(stop))
 
@@ -130,24 +132,31 @@ class Peer:
         except StepDown as stop:
             self._look(now_ms, str(stop))
 
-    def propose(self, payload: bytes) -> int:
-        """Propose a client write; returns its zxid. Only an established leader can."""
+    def propose(self, payload: bytes, now_ms: int | None = None) -> int:
+        """Propose a client write; returns its zxid. Only an established leader can.
+
+        ``now_ms`` (else the time of the last input) is when the proposal goes out: a
+        follower that leaves it unacknowledged for ``syncLimit`` is dropped.
+        """
+        if now_ms is not None:
+            self._now = max(self._now, now_ms)
         role = self._role
         if not (isinstance(role, Leader) and role.established):
             raise NotLeader(f"server {self.id} is not an established leader")
+        role.now = max(role.now, self._now)
         try:
             return role.propose(payload)
         except StepDown as stop:
             self._look(self._now, str(stop))
             raise NotLeader(f"server {self.id} stepped down: {stop}") from None
 
-    def forward(self, payload: bytes) -> None:
+    def forward(self, payload: bytes, now_ms: int | None = None) -> None:
         """Get a client write proposed: directly on the leader, by REQUEST on a learner."""
         role = self._role
         if isinstance(role, Learner) and role.synced:
             role.forward(payload)
         elif isinstance(role, Leader) and role.established:
-            self.propose(payload)
+            self.propose(payload, now_ms)
         else:
             raise NotLeader(f"server {self.id} has no established leader to forward to")
 
@@ -226,16 +235,22 @@ class Peer:
             ),
         )
 
-    def _look(self, now: int, reason: str) -> None:
+    def _look(self, now: int, reason: str, *, quiet: bool = False) -> None:
         role = getattr(self, "_role", None)
         if isinstance(role, Leader) and role.established:
             log.warning("server %d: no longer leader of epoch %d: %s", self.id, role.epoch, reason)
             self.node.emit(LostLeadership(role.epoch, reason))
         elif role is not None:
-            log.info("server %d: back to election: %s", self.id, reason)
+            log.log(
+                logging.DEBUG if quiet else logging.INFO,
+                "server %d: back to election: %s",
+                self.id,
+                reason,
+            )
         self.state = ServerState.LOOKING
         self.election_epoch += 1
-        election = Election(self.node, self.election_epoch, now)
+        self._quiet = quiet
+        election = Election(self.node, self.election_epoch, now, quiet=quiet)
         self._role = election
         self.vote = election.proposal
         self.node.emit(Looking(reason))
@@ -250,9 +265,10 @@ class Peer:
         self.election_epoch = vote.election_epoch
         if vote.leader != node.id:
             self.state = ServerState.FOLLOWING if node.is_participant else ServerState.OBSERVING
-            self._role = Learner(node, vote.leader, now)
+            self._role = Learner(node, vote.leader, now, quiet=self._quiet)
         elif node.can_vote:
             self.state = ServerState.LEADING
+            node.refusal = None
             self._role = Leader(node, now)
         else:
             # stale votes may still name a server whose log turned out corrupt
