@@ -3,12 +3,13 @@ recovery time per fault kind, the share of time writes succeeded — and a timel
 
 ```
 bench/nemesis.py [--seed N] [--seconds S] [--kinds k1,k2] [--png PATH] [--workdir DIR]
-                 [--pretty]
+                 [--recovery-bound S] [--pretty]
 ```
 
 Three ensemble servers, three workers and an append workload, each in a network
 namespace of its own (root is needed: ``ip netns``, ``nft``, ``tc``, ``mount``), under
-the seeded nemesis of ``tests/nemesis`` (the same seed gives the same faults). The exit
+the seeded nemesis of ``tests/nemesis`` (the same seed gives the same faults), which
+starts once both pipelines deliver. The exit
 status is 1 when a check failed (anything lost or duplicated, a pipeline's output not
 its input, a connector or task not RUNNING after the heal, a process that died by
 itself); the figures are printed all the same.
@@ -40,10 +41,17 @@ def main() -> int:
     parser.add_argument("--kinds", default=",".join(KINDS), help="fault kinds, comma-separated")
     parser.add_argument("--png", type=Path, default=Path("nemesis-timeline.png"))
     parser.add_argument("--workdir", type=Path, help="keep the run's files here")
+    parser.add_argument(
+        "--recovery-bound",
+        type=float,
+        default=600.0,
+        help="seconds allowed for the warm-up, for everything to run again after the "
+        "nemesis and for the sinks to catch up",
+    )
     parser.add_argument("--pretty", action="store_true")
     args = parser.parse_args()
-    if args.seconds <= 0:
-        parser.error("--seconds must be positive")
+    if args.seconds <= 0 or args.recovery_bound <= 0:
+        parser.error("--seconds and --recovery-bound must be positive")
     reason = unavailable_reason()
     if reason is not None:
         parser.error(reason)
@@ -57,7 +65,15 @@ def main() -> int:
         workdir = args.workdir or Path(tempfile.mkdtemp(prefix="herder-nemesis-"))
         workdir.mkdir(parents=True, exist_ok=True)
         try:
-            outcome = soak(workdir, args.seed, args.seconds, faults, progress)
+            outcome = soak(
+                workdir,
+                args.seed,
+                args.seconds,
+                faults,
+                progress,
+                warm=True,
+                recovery_bound=args.recovery_bound,
+            )
         finally:
             if args.workdir is None:
                 shutil.rmtree(workdir, ignore_errors=True)

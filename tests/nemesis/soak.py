@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import signal
 import threading
@@ -43,6 +44,8 @@ APPEND_LOG = "nemesis-appends"
 _SERVING = ("leader", "follower")
 CONNECTORS = ("eo-in", "eo-out", "dir-in", "dir-out")
 ROWS_PER_FILE = 20
+#: how long a server whose disk was full may take to serve again once it has room
+DISK_RECOVERY_S = 30.0
 
 
 @dataclass
@@ -121,6 +124,10 @@ class Soak:
         self.procs: dict[str, Proc] = {}
         #: roles the nemesis killed and has not restarted yet
         self.down: set[str] = set()
+        #: the server whose disk is full now
+        self.disk_struck: set[str] = set()
+        #: what went wrong on the way that the end's checks would not see
+        self.findings: list[str] = []
         self.unexpected_deaths: list[str] = []
         self.injected: list[Injected] = []
         self.samples: list[tuple[float, int, int]] = []
@@ -165,7 +172,10 @@ class Soak:
                 "tickTime": 200,
                 "initLimit": 25,
                 "syncLimit": 10,
-                "preAllocSize": 1024,
+                # small log preallocations and frequent snapshots: the disk is written
+                # to all the time, so a full one is noticed within seconds
+                "preAllocSize": 64,
+                "snapCount": 2000,
                 "maxSessionTimeout": 60_000,
                 "group.min.session.timeout.ms": 1000,
                 **lines,
@@ -179,7 +189,7 @@ class Soak:
             self._launch(f"w{wid}")
         for wid in WORKERS:
             wait_until(
-                lambda wid=wid: self._worker_ready(wid),
+                functools.partial(self._worker_ready, wid),
                 timeout=240,
                 interval=0.5,
                 what=f"worker {wid} to join its group",
@@ -325,12 +335,20 @@ class Soak:
         path = self.workdir / "dir-out.txt"
         return path.read_text().splitlines() if path.exists() else []
 
+    def flowing(self) -> bool:
+        """Whether both sinks have delivered something."""
+        return bool(self._eo_output()) and bool(self._dir_output())
+
     def sample(self) -> None:
         """Record how much each sink holds now, and any process that died by itself."""
         eo = self._eo_output().count(b"\n")
         rows = len(self._dir_output())
         self.samples.append((time.time(), eo, rows))
         for role, proc in self.procs.items():
+            if role in self.disk_struck and not proc.alive():
+                # a server may stop when its disk fails (ZooKeeper's do): the nemesis's
+                # doing, and it is started again when the disk has room
+                self.down.add(role)
             if role not in self.down and not proc.alive():
                 tail = "\n".join(proc.output().splitlines()[-15:])
                 self.unexpected_deaths.append(
@@ -405,11 +423,13 @@ class Soak:
             self.server_host(servers[0]).slow(rate_kbit=256, latency_ms=300)
         elif kind == "disk-full":
             assert self.disk is not None
+            self.disk_struck.update(self._roles(servers, ()))
             self.disk.fill()
         return done
 
     def heal(self, fault: Fault, done: Injected) -> None:
         kind = fault.kind
+        healed_at = time.time()
         if kind in ("kill-server", "kill-worker"):
             for role in self._roles(done.servers, fault.workers):
                 self._launch(role)
@@ -419,9 +439,44 @@ class Soak:
         elif kind == "disk-full":
             assert self.disk is not None
             self.disk.free()
+            self.sample()  # a server that stopped on the full disk is seen as down
+            for sid in done.servers:
+                self._after_disk_full(sid)
+            self.disk_struck.clear()
         else:
             self.network.heal()
-        done.heal = time.time()
+        done.heal = healed_at
+
+    def _serving(self, sid: int) -> bool:
+        address = f"{self.server_host(sid).address}:{CLIENT_PORT}"
+        with contextlib.suppress(HerderError, OSError, TimeoutError):
+            status = asyncio.run(server_status(address, timeout=1.0))
+            return status.role in _SERVING
+        return False
+
+    def _after_disk_full(self, sid: int) -> None:
+        """Start the server again if it stopped on its full disk; if it is alive but
+        still out of the ensemble once its disk has room, that is a finding — and then
+        it is restarted, as an operator would, so the rest of the soak has three."""
+        role = f"s{sid}"
+        if not self.procs[role].alive():
+            self._launch(role)
+            return
+        try:
+            wait_until(
+                lambda: self._serving(sid),
+                timeout=DISK_RECOVERY_S,
+                interval=0.5,
+                what=f"server {sid} serving",
+            )
+        except AssertionError:
+            self.findings.append(
+                f"server {sid} was alive but out of the ensemble {DISK_RECOVERY_S:.0f}s after "
+                "its full disk had room again; restarted"
+            )
+            self.down.add(role)
+            self.procs[role].kill9()
+            self._launch(role)
 
     @staticmethod
     def _roles(servers: tuple[int, ...], workers: tuple[int, ...]) -> list[str]:
@@ -430,19 +485,17 @@ class Soak:
     # -- the end ------------------------------------------------------------------------
 
     def all_running(self) -> bool:
+        """Whether every worker reports every connector and its task RUNNING (each
+        worker answers from its own view of the status log, so a worker whose view
+        stopped moving is caught too)."""
         for wid in WORKERS:
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                states = []
-                for name in CONNECTORS:
-                    status = self.http.get(
-                        f"{self._rest(wid)}/connectors/{name}/status", timeout=5
-                    ).json()
-                    states.append(status["connector"]["state"])
-                    states += [t["state"] for t in status.get("tasks", [])]
-                    if not status.get("tasks"):
-                        return False
-                return all(state == "RUNNING" for state in states)
-        return False
+            for name in CONNECTORS:
+                status = self.http.get(f"{self._rest(wid)}/connectors/{name}/status").json()
+                tasks = status.get("tasks", [])
+                states = [status["connector"]["state"], *(t["state"] for t in tasks)]
+                if not tasks or any(state != "RUNNING" for state in states):
+                    return False
+        return True
 
     def read_log(self, sid: int) -> list[bytes | None]:
         values: list[bytes | None] = []
@@ -485,7 +538,8 @@ class Soak:
             running_after = round(time.monotonic() - healed, 1)
         except AssertionError as exc:
             problems.append(str(exc))
-        log(f"every connector and task RUNNING after {running_after}s")
+        if running_after is not None:
+            log(f"every connector and task RUNNING after {running_after}s")
         assert self.eo_writer is not None and self.feeder is not None
         eo_total = self.eo_writer.stop()
         rows_total = self.feeder.stop()
@@ -535,6 +589,7 @@ class Soak:
             problems.append("file → DirectorySink: every line once, but not in order")
         if not dir_rows.ok:
             problems.append(f"DirectorySource → file: {dir_rows.problems()}")
+        problems += self.findings
         if self.unexpected_deaths:
             problems += [f"died by itself: {d}" for d in self.unexpected_deaths]
         return Outcome(
@@ -678,10 +733,10 @@ def timeline_png(outcome: Outcome, path: Path) -> None:
     colors = matplotlib.colormaps["tab20"]
     kinds = sorted({i.fault.kind for i in outcome.injected})
     for injected in outcome.injected:
-        color = colors(kinds.index(injected.fault.kind) / max(1, len(kinds)))
+        shade = colors(kinds.index(injected.fault.kind) / max(1, len(kinds)))
         end = (injected.heal or outcome.end) - start
         for axis in (top, bottom):
-            axis.axvspan(injected.start - start, end, color=color, alpha=0.35, linewidth=0)
+            axis.axvspan(injected.start - start, end, color=shade, alpha=0.35, linewidth=0)
     handles = [
         matplotlib.patches.Patch(color=colors(i / max(1, len(kinds))), alpha=0.35, label=k)
         for i, k in enumerate(kinds)
@@ -696,12 +751,31 @@ def timeline_png(outcome: Outcome, path: Path) -> None:
 
 
 def soak(
-    workdir: Path, seed: int, seconds: float, faults: list[Fault], log: Callable[[str], None]
+    workdir: Path,
+    seed: int,
+    seconds: float,
+    faults: list[Fault],
+    log: Callable[[str], None],
+    *,
+    warm: bool = False,
+    recovery_bound: float = 300.0,
 ) -> Outcome:
-    """Build the cluster, run the nemesis for ``seconds``, check, and tear it all down."""
-    cluster = Soak(workdir)
+    """Build the cluster, run the nemesis for ``seconds``, check, and tear it all down.
+
+    With ``warm``, the nemesis starts only once both pipelines have delivered something
+    (every worker's Spark up and running), so that what the figures say about the sinks'
+    recovery is about the faults and not about the cluster's first minutes.
+    """
+    cluster = Soak(workdir, recovery_bound=recovery_bound)
     try:
         cluster.start()
+        if warm:
+            wait_until(
+                cluster.flowing,
+                timeout=recovery_bound,
+                interval=1.0,
+                what="both pipelines delivering",
+            )
         log(f"cluster up; leader {cluster.leader()}; nemesis for {seconds:.0f}s, seed {seed}")
         started = time.time()
         cluster.run(faults, seconds, log=log)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.nemesis.hosts import unavailable_reason
-from tests.nemesis.schedule import plan
+from tests.nemesis.schedule import Fault, plan
 from tests.nemesis.soak import figures, soak
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -46,12 +46,13 @@ def run_and_check(
     tmp_path: Path,
     seed: int,
     seconds: float,
-    kinds: tuple[str, ...] | None,
-    **timing: tuple[float, float],
+    faults: list[Fault],
+    *,
+    warm: bool,
+    recovery_bound: float,
 ) -> None:
-    faults = plan(seed, seconds, **({"kinds": kinds} if kinds else {}), **timing)
     assert faults, "the plan has no fault in it"
-    outcome = soak(tmp_path, seed, seconds, faults, log)
+    outcome = soak(tmp_path, seed, seconds, faults, log, warm=warm, recovery_bound=recovery_bound)
     print(json.dumps(figures(outcome, seed)))
     assert len(outcome.injected) == len(faults)
     assert outcome.appends.acknowledged > 0
@@ -61,7 +62,9 @@ def run_and_check(
 @pytest.mark.timeout(900)
 def test_a_short_nemesis_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     seed = int(os.environ.get("HERDER_NEMESIS_SEED", "30"))
-    run_and_check(tmp_path, seed, 75.0, SHORT_KINDS, gap=(3.0, 6.0), duration=(4.0, 8.0))
+    seconds = 75.0
+    faults = plan(seed, seconds, kinds=SHORT_KINDS, gap=(3.0, 6.0), duration=(4.0, 8.0))
+    run_and_check(tmp_path, seed, seconds, faults, warm=False, recovery_bound=300.0)
 
 
 @pytest.mark.slow
@@ -69,4 +72,5 @@ def test_a_short_nemesis_loses_and_duplicates_nothing(tmp_path: Path) -> None:
 def test_twenty_minutes_of_nemesis_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     seed = int(os.environ.get("HERDER_NEMESIS_SEED", "30"))
     seconds = float(os.environ.get("HERDER_SOAK_SECONDS", "1200"))
-    run_and_check(tmp_path, seed, seconds, None)
+    faults = plan(seed, seconds)
+    run_and_check(tmp_path, seed, seconds, faults, warm=True, recovery_bound=600.0)
