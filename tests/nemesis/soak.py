@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from herder.ensemble import apis
 from herder.ensemble.client import server_status
 from herder.ensemble.sync_client import SyncEnsembleClient
 from herder.errors import HerderError
@@ -174,8 +175,8 @@ class Soak:
                 "syncLimit": 10,
                 # small log preallocations and frequent snapshots: the disk is written
                 # to all the time, so a full one is noticed within seconds
-                "preAllocSize": 64,
-                "snapCount": 2000,
+                "preAllocSize": 16,
+                "snapCount": 1000,
                 "maxSessionTimeout": 60_000,
                 "group.min.session.timeout.ms": 1000,
                 **lines,
@@ -447,12 +448,16 @@ class Soak:
             self.network.heal()
         done.heal = healed_at
 
-    def _serving(self, sid: int) -> bool:
+    def _status(self, sid: int) -> apis.StatusResponse | None:
         address = f"{self.server_host(sid).address}:{CLIENT_PORT}"
         with contextlib.suppress(HerderError, OSError, TimeoutError):
-            status = asyncio.run(server_status(address, timeout=1.0))
-            return status.role in _SERVING
-        return False
+            return asyncio.run(server_status(address, timeout=1.0))
+        return None
+
+    def _caught_up(self, sid: int, zxid: int) -> bool:
+        """Whether server ``sid`` serves and has logged everything up to ``zxid``."""
+        status = self._status(sid)
+        return status is not None and status.role in _SERVING and status.last_zxid >= zxid
 
     def _after_disk_full(self, sid: int) -> None:
         """Start the server again if it stopped on its full disk; if it is alive but
@@ -462,12 +467,15 @@ class Soak:
         if not self.procs[role].alive():
             self._launch(role)
             return
+        # what the others have logged now: a server that takes part again logs it too
+        others = [self._status(other) for other in SERVERS if other != sid]
+        zxid = max((st.last_zxid for st in others if st is not None), default=0)
         try:
             wait_until(
-                lambda: self._serving(sid),
+                lambda: self._caught_up(sid, zxid),
                 timeout=DISK_RECOVERY_S,
                 interval=0.5,
-                what=f"server {sid} serving",
+                what=f"server {sid} serving again",
             )
         except AssertionError:
             self.findings.append(
