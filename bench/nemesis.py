@@ -28,8 +28,9 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.nemesis.hosts import unavailable_reason
+from tests.nemesis.report import figures, timeline_png
 from tests.nemesis.schedule import KINDS, plan
-from tests.nemesis.soak import figures, soak, timeline_png
+from tests.nemesis.soak import soak
 
 from bench._procs import progress, run_and_report
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.nemesis.hosts import unavailable_reason
+from tests.nemesis.report import figures
 from tests.nemesis.schedule import Fault, plan
-from tests.nemesis.soak import figures, soak
+from tests.nemesis.soak import soak
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
