@@ -166,7 +166,7 @@ class EnsembleClient:
                     port,
                     self._registry,
                     name=self.name,
-                    connect_timeout=self.connect_timeout,
+                    connect_timeout=self._connect_timeout(),
                     request_timeout=self.request_timeout,
                     security=self.security,
                 )
@@ -196,6 +196,13 @@ class EnsembleClient:
             await asyncio.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, self.retry_backoff_max_ms / 1000)
 
+    def _connect_timeout(self) -> float:
+        """How long to wait for one server to accept: no longer than the session timeout
+        spread over the servers, so that trying an unreachable one (its SYNs dropped,
+        nothing refused) leaves time to reach the others before the session expires."""
+        share = self.session_timeout_ms / 1000 / len(self.servers)
+        return min(self.connect_timeout, share)
+
     def _bootstrap_text(self) -> str:
         return ",".join(f"{h}:{p}" for h, p in self.servers)
 
@@ -219,8 +226,15 @@ class EnsembleClient:
         while not self._closed:
             await asyncio.sleep(self.session_timeout_ms / 3000)
             try:
+                # A server cut off by the network, or paused, answers nothing and closes
+                # nothing: only a ping that waits no longer than a third of the session
+                # timeout notices it in time to resume the session on another server
+                # (ZooKeeper's client gives up on a silent server likewise, well before
+                # its session could expire).
                 await self._call(
-                    apis.PING_SESSION, apis.PingSessionRequest(session_id=self.session_id)
+                    apis.PING_SESSION,
+                    apis.PingSessionRequest(session_id=self.session_id),
+                    timeout=self.session_timeout_ms / 3000,
                 )
             except asyncio.CancelledError:
                 raise

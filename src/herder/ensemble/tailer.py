@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.txn import Record
-from herder.errors import HerderError
+from herder.errors import HerderError, SessionExpired, UnknownSession
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,17 @@ class LogTailer:
                 )
             except asyncio.CancelledError:
                 raise
+            except (SessionExpired, UnknownSession) as exc:
+                # A read needs no session, and the client opens a new one in place of
+                # the expired one: read on under it. Stopping here would leave whoever
+                # follows this log (a worker's configs, statuses and offsets) on a view
+                # that never moves again.
+                log.warning(
+                    "tailing %s: %s; reading on under the client's next session", self.log_name, exc
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
             except HerderError as exc:
                 if not exc.retriable:
                     await self._fail(exc)
