@@ -188,6 +188,20 @@ def encode_column(column: Column, dtype: DataType, name: str | None = None) -> C
     return F.when(column.isNull(), F.lit(None)).otherwise(text.cast("binary"))
 
 
+def json_payload(column: Column, dtype: DataType) -> Column:
+    """``column`` (of Spark type ``dtype``) as plain JSON text, Spark's way (dates and
+    timestamps as ISO 8601 text, bytes as base64): JsonConverter's schemaless form."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.StructType | T.ArrayType | T.MapType):
+        return F.to_json(column, {"ignoreNullFields": "false"})
+    wrapped = F.to_json(F.struct(column.alias("v")), {"ignoreNullFields": "false"})
+    return F.when(column.isNull(), F.lit(None)).otherwise(
+        F.regexp_extract(wrapped, r'^\{"v":(.*)\}$', 1)
+    )
+
+
 # -- Connect schema → Spark type ---------------------------------------------------------
 
 

@@ -16,6 +16,13 @@ the key or the value, that part is converted first, with Connect's converter nam
 
 A part no transform looks into is never converted: its bytes pass through untouched.
 Objects come back as JSON with their fields in name order (variants keep them so).
+
+Topics also hold *typed* keys and values, native Spark columns (:mod:`..typed`). A
+sink that takes bytes gets them serialised with its converter
+(:meth:`Converter.serialize_typed`), which is where JsonConverter's envelope lives:
+with ``schemas.enable=true`` a typed value becomes ``{"schema": …, "payload": …}``,
+without it the payload's plain JSON; StringConverter gives a string's text and any
+other value's JSON; ByteArrayConverter takes only bytes, as Connect's does.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from herder.errors import ConfigError, NotSupported
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+    from pyspark.sql.types import DataType
 
 JSON: Final = "org.apache.kafka.connect.json.JsonConverter"
 STRING: Final = "org.apache.kafka.connect.storage.StringConverter"
@@ -105,4 +113,27 @@ class Converter:
             F.when(kind == "BINARY", F.try_variant_get(variant, "$", "binary"))
             .when(kind == "STRING", as_text)
             .otherwise(as_json)
+        )
+
+    def serialize_typed(self, typed: Column, dtype: DataType, topic: str) -> Column:
+        """The bytes of typed values ``typed`` (of Spark type ``dtype``, from ``topic``),
+        as this converter serialises them; null stays null."""
+        from pyspark.sql import types as T
+
+        from herder.dataplane.schemas import encode_column, json_payload
+
+        if self.kind == JSON:
+            if self.schemas:
+                return encode_column(typed, dtype)
+            return json_payload(typed, dtype).cast("binary")
+        if self.kind == STRING:
+            if isinstance(dtype, T.StringType):
+                return typed.cast("binary")
+            return json_payload(typed, dtype).cast("binary")
+        if isinstance(dtype, T.BinaryType):
+            return typed
+        raise ConfigError(
+            f"{self.part}.converter={BYTES} takes bytes, but the {self.part}s of topic"
+            f" {topic} are typed ({dtype.simpleString()}): set {self.part}.converter to"
+            f" {JSON} or {STRING}"
         )

@@ -252,6 +252,29 @@ class RecordPipeline:
                 )
         return good
 
+    async def as_bytes(self, df: DataFrame, topic: str) -> DataFrame:
+        """``df`` with typed keys and values serialised by the connector's converters,
+        for a sink that takes bytes (see :attr:`~herder.connect.SinkTask.typed_records`)."""
+        return await self.spark.run(self._bytes_job, df, topic, pool=self.pool)
+
+    def _bytes_job(self, df: DataFrame, topic: str) -> DataFrame:
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        types = {f.name: f.dataType for f in df.schema.fields}
+        typed = {
+            part: types[part] for part in (KEY, VALUE) if not isinstance(types[part], T.BinaryType)
+        }
+        if not typed:
+            return df
+        converters = self.chain.converters
+        return df.withColumns(
+            {
+                part: converters[part].serialize_typed(F.col(part), dtype, topic)
+                for part, dtype in typed.items()
+            }
+        )
+
     def _sink_job(self, df: DataFrame) -> tuple[DataFrame, DataFrame | None]:
         from pyspark.sql import functions as F
 
