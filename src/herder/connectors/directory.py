@@ -6,8 +6,9 @@ files make the batch and returns a :class:`~herder.connect.SourceBatch` of them,
 one source offset per file (``{"directory": d, "file": name}`` → its size and
 modification time), committed with the records in the batch's one transaction. Each
 row becomes a record whose value is the row as a JSON object (Connect's JSON converter
-without schemas) or, with ``value.converter.schemas.enable=true``, a typed record that
-keeps the file's column types (:mod:`herder.dataplane.schemas`). A file is read once:
+without schemas) or, with ``value.converter.schemas.enable=true``, a typed record: a
+struct of the row's columns with the file's types, carried natively in the topic
+(:mod:`herder.dataplane.typed`). A file is read once:
 files are expected to arrive whole (written elsewhere and moved in, or written under a
 name starting with ``.`` or ``_``, which are skipped, and renamed when done); a file
 that changes after it was read is not read again.
@@ -30,10 +31,14 @@ offset on (written but never committed; they will come again).
 For text, a record's value is the line; for JSON, the value (a JSON document) is written
 as it is, or parsed with ``schema``; for Parquet and CSV, values are JSON objects parsed
 with ``schema`` or, without one, with the schema Spark infers from the batch (which
-costs one more pass over it, and orders columns by name). With
-``value.converter.schemas.enable=true`` values are typed records, written with the
-types their schemas give (Parquet, CSV, JSON), a batch whose records' schemas differ
-with every field of them all. CSV is read and written as
+costs one more pass over it, and orders columns by name). Typed values (a topic's
+native columns) are written with their types: a struct's fields as the columns
+(Parquet, CSV, JSON), as text the line ``value.converter`` makes of each
+(JsonConverter's envelope with ``schemas.enable=true``, plain JSON without). With
+``value.converter.schemas.enable=true``, values of bytes are JsonConverter envelopes
+(a topic written before typed columns), written with the types their schemas give, a
+batch whose records' schemas differ with every field of them all. CSV is read and
+written as
 RFC 4180 has it: a quote inside a quoted field is doubled.
 
 The sink's directory must be on a local (or mounted) filesystem, where a rename
@@ -145,8 +150,8 @@ class DirectorySourceConnector(SourceConnector):
                     importance=Importance.LOW,
                     documentation="How long a poll waits for new files.")
             .define(SCHEMAS_ENABLE, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
-                    documentation="Write typed records (JsonConverter's envelope of schema"
-                    " and payload) that keep the files' column types.")
+                    documentation="Write typed records (the row as a struct of its columns)"
+                    " that keep the files' column types.")
         )  # fmt: skip
 
     def start(self, config: dict[str, str]) -> None:
@@ -299,8 +304,9 @@ class DirectorySinkConnector(SinkConnector):
             .define(CSV_HEADER, Type.BOOLEAN, default=True, importance=Importance.LOW,
                     documentation="Whether each CSV file starts with a line of column names.")
             .define(SCHEMAS_ENABLE, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
-                    documentation="Values are typed records (JsonConverter's envelope):"
-                    " write them with the types of their schemas.")
+                    documentation="Values of bytes are typed records (JsonConverter's"
+                    " envelope): write them with the types of their schemas; typed values"
+                    " as text lines: as envelopes.")
         )  # fmt: skip
 
     def start(self, config: dict[str, str]) -> None:
