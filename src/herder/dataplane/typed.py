@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from herder.errors import HerderError
+from herder.errors import NotSupported
 
 #: The footer key under which Spark writes a Parquet file's Spark schema.
 SPARK_ROW_METADATA: Final = b"org.apache.spark.sql.parquet.row.metadata"
@@ -42,7 +42,7 @@ _FLOATS = ("float", "double")
 _DDL_NAMES = {"byte": "tinyint", "short": "smallint", "integer": "int", "long": "bigint"}
 
 
-class IncompatibleTypes(HerderError):
+class IncompatibleTypes(NotSupported):
     """Segments of one topic whose typed values cannot be read as one type."""
 
 
