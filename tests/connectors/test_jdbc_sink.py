@@ -28,14 +28,22 @@ def dbname(url: str) -> str:
     return url.rsplit("/", 1)[1]
 
 
+#: both forms a typed record reaches a sink in: structs, and envelopes (older topics)
+FORMS = pytest.mark.parametrize("native", [True, False], ids=["native", "envelope"])
+
+
 def records(
     spark: SparkRuntime,
     items: list[tuple[int, dict[str, Any] | None, dict[str, Any] | None]],
     value_ddl: str = VALUE_DDL,
     key_ddl: str = "id long",
     topic: str = "orders",
+    *,
+    native: bool = False,
 ) -> Any:
-    """A sink's DataFrame of typed records: (offset, key, value) each, None for none."""
+    """A sink's DataFrame of typed records: (offset, key, value) each, None for none;
+    as JsonConverter's envelopes (bytes: a topic written before typed columns), or
+    ``native``, structs as topics carry typed records."""
     from pyspark.sql import functions as F
 
     from herder.dataplane.schemas import encode_column
@@ -51,8 +59,10 @@ def records(
         F.lit(0).alias("partition"),
         F.col("offset"),
         F.current_timestamp().alias("timestamp"),
-        encode_column(F.col("k"), df.schema["k"].dataType).alias("key"),
-        encode_column(F.col("v"), df.schema["v"].dataType, "orders").alias("value"),
+        (F.col("k") if native else encode_column(F.col("k"), df.schema["k"].dataType)).alias("key"),
+        (
+            F.col("v") if native else encode_column(F.col("v"), df.schema["v"].dataType, "orders")
+        ).alias("value"),
         F.array().cast("array<struct<key:string,value:binary>>").alias("headers"),
     )
 
@@ -78,10 +88,11 @@ def put(task: Any, df: Any, reached: int) -> None:
     assert task.pre_commit({TP: reached}) == {TP: reached}
 
 
+@FORMS
 def test_insert_creates_the_table_with_the_records_types_and_writes_each_record_once(
-    spark: SparkRuntime, postgres: PostgresServer, database: str
+    spark: SparkRuntime, postgres: PostgresServer, database: str, native: bool
 ) -> None:
-    batch = records(spark, [(i, None, order(i)) for i in range(1000)])
+    batch = records(spark, [(i, None, order(i)) for i in range(1000)], native=native)
     task, context = sink_task(config(database, auto_create="true"), [TP])
     try:
         assert context.rewinds == {}
@@ -118,8 +129,9 @@ def test_insert_creates_the_table_with_the_records_types_and_writes_each_record_
     assert context.rewinds == {TP: 1000}
 
 
+@FORMS
 def test_upsert_and_delete_by_record_key(
-    spark: SparkRuntime, postgres: PostgresServer, database: str
+    spark: SparkRuntime, postgres: PostgresServer, database: str, native: bool
 ) -> None:
     settings = config(
         database, insert_mode="upsert", pk_mode="record_key", delete_enabled="true",
@@ -127,7 +139,7 @@ def test_upsert_and_delete_by_record_key(
     )  # fmt: skip
     task, _ = sink_task(settings, [TP])
     try:
-        put(task, records(spark, [(i, {"id": i}, order(i)) for i in range(4)]), 4)
+        put(task, records(spark, [(i, {"id": i}, order(i)) for i in range(4)], native=native), 4)
         put(
             task,
             records(
@@ -140,6 +152,7 @@ def test_upsert_and_delete_by_record_key(
                     (8, {"id": 0}, None),
                     (9, {"id": 0}, order(0, "back again")),
                 ],
+                native=native,
             ),
             10,
         )
@@ -176,8 +189,9 @@ def test_kafka_coordinates_as_the_primary_key(
     assert rows == [("orders", 0, 0, 0), ("orders", 0, 1, 1), ("orders", 0, 2, 2)]
 
 
+@FORMS
 def test_update_changes_existing_rows_only(
-    spark: SparkRuntime, postgres: PostgresServer, database: str
+    spark: SparkRuntime, postgres: PostgresServer, database: str, native: bool
 ) -> None:
     db = dbname(database)
     postgres.execute("CREATE TABLE orders (id bigint PRIMARY KEY, note text, extra int)", db)
@@ -188,7 +202,8 @@ def test_update_changes_existing_rows_only(
     )  # fmt: skip
     task, _ = sink_task(settings, [TP])
     try:
-        put(task, records(spark, [(0, None, order(2, "changed")), (1, None, order(5))]), 2)
+        changes = [(0, None, order(2, "changed")), (1, None, order(5))]
+        put(task, records(spark, changes, native=native), 2)
     finally:
         task.stop()
     assert postgres.execute("SELECT * FROM orders ORDER BY id", db) == [

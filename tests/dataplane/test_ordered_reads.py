@@ -263,9 +263,6 @@ async def test_a_read_fails_rather_than_give_offsets_without_a_row_index(
         await topics.create("unindexed", 1)
         await topics.commit(await SegmentWriter(topics, spark, "unindexed-0", 1).stage(records))
         monkeypatch.setattr(reader, "ROW_INDEX", "no_such_column")
-        monkeypatch.setattr(
-            reader, "POSITIONAL_FILE_DDL", f"{reader.FILE_DDL}, no_such_column bigint"
-        )
         for wanted in (None, {0: (5, 10)}):
             df = await topics.read("unindexed", wanted, ordered=True)
             with pytest.raises((PySparkException, Py4JJavaError), match="gave no row index"):

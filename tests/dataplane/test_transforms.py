@@ -28,7 +28,6 @@ from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL
 from herder.dataplane.transforms import TransformChain, validate_transforms
 from herder.dataplane.transforms.fields import InsertFieldValue
 from herder.dataplane.transforms.pipeline import RecordPipeline
-from herder.errors import NotSupported
 
 pytestmark = [pytest.mark.spark]
 
@@ -425,17 +424,17 @@ def test_bad_configs_name_every_key() -> None:
     assert len(problems) == 5
     with pytest.raises(InvalidConfiguration):
         TransformChain.from_settings({"transforms": "a", "transforms.a.type": "NoSuch"})
-    # typed values pass through a chain that does not look inside them
-    TransformChain.from_settings({"value.converter.schemas.enable": "true"})
-    with pytest.raises(NotSupported, match="typed values"):
-        TransformChain.from_settings(
-            {
-                "value.converter.schemas.enable": "true",
-                "transforms": "m",
-                "transforms.m.type": "org.apache.kafka.connect.transforms.MaskField$Value",
-                "transforms.m.fields": "a",
-            }
-        )
+    # typed values (JsonConverter's envelopes) are for transforms to look inside
+    # (tests/dataplane/test_typed_transforms.py)
+    chain = TransformChain.from_settings(
+        {
+            "value.converter.schemas.enable": "true",
+            "transforms": "m",
+            "transforms.m.type": "org.apache.kafka.connect.transforms.MaskField$Value",
+            "transforms.m.fields": "a",
+        }
+    )
+    assert chain.converters["value"].schemas
 
 
 def test_every_transform_and_predicate_is_installed() -> None:

@@ -4,13 +4,17 @@ For each format Spark reads and writes (Parquet, CSV, JSON lines), files in a di
 go DirectorySource → topic → DirectorySink, and the rows that come out are the rows
 that went in, each once; a file added while the pipeline runs follows the others. A
 FileStreamSource with a backlog big enough to be read by byte ranges on the executors
-feeds a DirectorySink writing text, and the lines come out byte for byte, each once.
+feeds a DirectorySink writing text, and the lines come out byte for byte, each once. A
+Parquet table of nested types (decimals, dates, timestamps, arrays, maps, structs) comes
+out of DirectorySource → topic → DirectorySink with the same types.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +155,107 @@ def test_directories_and_a_file_backlog_arrive_exactly_once(
     assert b"".join(p.read_bytes() for p in files) == expected_bytes
     topic = cluster.describe_topic("lines")
     assert sum(p["end_offset"] for p in topic["partition_details"]) == 60_000
+
+
+def nested_table(first: int, count: int) -> pa.Table:
+    """Rows of every kind of type a Parquet table holds: decimal, date, timestamps (with
+    and without a zone), arrays, maps, structs (nested), bytes."""
+    ids = list(range(first, first + count))
+    address = pa.struct([("city", pa.string()), ("zip", pa.int32())])
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "amount": pa.array([Decimal(i) / 100 for i in ids], pa.decimal128(12, 2)),
+            "day": pa.array([dt.date(2020, 1, 1) + dt.timedelta(days=i) for i in ids]),
+            "at": pa.array(
+                [dt.datetime(2024, 5, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i) for i in ids],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "tags": pa.array(
+                [[f"t{i}", None] if i % 2 else [] for i in ids], pa.list_(pa.string())
+            ),
+            "attrs": pa.array(
+                [[("n", i), ("m", -i)] for i in ids], pa.map_(pa.string(), pa.int32())
+            ),
+            "customer": pa.array(
+                [{"name": f"c{i}", "address": {"city": f"city {i}", "zip": i}} for i in ids],
+                pa.struct([("name", pa.string()), ("address", address)]),
+            ),
+            "blob": pa.array([bytes([i % 256, 0]) for i in ids], pa.binary()),
+        }
+    )
+
+
+@pytest.mark.timeout(600)
+def test_a_parquet_table_of_nested_types_comes_out_with_the_same_types(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """DirectorySource → topic → DirectorySink keeps every column's type, the topic
+    holding typed values; a sink that takes bytes (text) gets them serialised by its
+    converter: JsonConverter's envelope with schemas.enable=true, plain JSON without."""
+    given = nested_table(0, 300)
+    inbox, outbox = tmp_path / "in", tmp_path / "out"
+    envelopes, plain = tmp_path / "envelopes", tmp_path / "plain"
+    inbox.mkdir()
+    pq.write_table(given, inbox / ".nested.parquet")
+    (inbox / ".nested.parquet").rename(inbox / "nested.parquet")
+    cluster.start_worker()
+    typed = {"value.converter.schemas.enable": "true"}
+    cluster.create(
+        "nested-in",
+        {"connector.class": "DirectorySource", "directory": str(inbox), "format": "parquet",
+         "topic": "nested", "poll.interval.ms": "200", **typed},
+    )  # fmt: skip
+    cluster.create(
+        "nested-out",
+        {"connector.class": "DirectorySink", "directory": str(outbox), "format": "parquet",
+         "topics": "nested"},
+    )  # fmt: skip
+    cluster.create(
+        "nested-envelopes",
+        {"connector.class": "DirectorySink", "directory": str(envelopes), "format": "text",
+         "topics": "nested", **typed},
+    )  # fmt: skip
+    cluster.create(
+        "nested-plain",
+        {"connector.class": "FileStreamSink", "file": str(plain), "topics": "nested"},
+    )  # fmt: skip
+    names = ["nested-in", "nested-out", "nested-envelopes", "nested-plain"]
+
+    def lines(path: Path) -> list[str]:
+        if path.is_dir():
+            return [
+                x for p in sorted(path.iterdir()) if p.is_file() for x in p.read_text().splitlines()
+            ]
+        return path.read_text().splitlines() if path.exists() else []
+
+    def arrived() -> bool:
+        for name in names:
+            for task in cluster.status(name).get("tasks", []):
+                assert task["state"] != "FAILED", f"{name}: {task.get('trace')}"
+        out = read_output(outbox, "parquet") if outbox.exists() else []
+        return (
+            len(out) >= given.num_rows
+            and len(lines(envelopes)) >= given.num_rows
+            and len(lines(plain)) >= given.num_rows
+        )
+
+    wait_until(arrived, timeout=300, interval=0.5, what="the nested rows out")
+    files = sorted(p for p in outbox.iterdir() if p.is_file())
+    out = pa.concat_tables(pq.read_table(p) for p in files).sort_by("id")
+    assert out.schema.names == given.schema.names
+    for field in given.schema:
+        got = out.schema.field(field.name).type
+        assert got == field.type, f"{field.name}: {got} out, {field.type} in"
+    assert out.to_pylist() == given.to_pylist()
+
+    first = json.loads(lines(envelopes)[0])
+    assert set(first) == {"schema", "payload"}
+    schema_fields = {f["field"]: f for f in first["schema"]["fields"]}
+    assert schema_fields["amount"]["name"] == "org.apache.kafka.connect.data.Decimal"
+    assert schema_fields["customer"]["type"] == "struct"
+    assert schema_fields["attrs"]["type"] == "map"
+    assert sorted(json.loads(x)["payload"]["id"] for x in lines(envelopes)) == list(range(300))
+    plain_rows = sorted((json.loads(x) for x in lines(plain)), key=lambda r: r["id"])
+    assert plain_rows[7]["customer"] == {"name": "c7", "address": {"city": "city 7", "zip": 7}}
+    assert plain_rows[7]["day"] == "2020-01-08"

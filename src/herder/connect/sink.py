@@ -107,6 +107,12 @@ class SinkTask(Task):
     #: on its own; others do without it: Spark reads a topic's files columnar, one split
     #: at a time, and a partition per file makes it read them row by row.
     offset_ranged: ClassVar[bool] = False
+    #: Whether :meth:`put` takes typed keys and values as topics hold them: native Spark
+    #: columns (a struct of a table's columns, a decimal …). A sink that writes bytes
+    #: leaves it False and gets ``key`` and ``value`` as binary, typed ones serialised
+    #: with the connector's ``key.converter`` / ``value.converter`` (JsonConverter with
+    #: ``schemas.enable=true``: Connect's envelope of schema and payload).
+    typed_records: ClassVar[bool] = False
 
     context: SinkTaskContext
 

@@ -57,6 +57,7 @@ from herder.connect.task import UNDEFINED_VERSION
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+    from pyspark.sql.types import DataType
 
 __all__ = [
     "KEY",
@@ -97,6 +98,11 @@ class Record:
     the parts the chain parses, so a transform must declare the parts it reads in
     :attr:`Transformation.reads`. ``offset`` is null for source records, which get an
     offset only when they are written.
+
+    A *typed* part (``types`` has its Spark type: the topic holds it as a native
+    column, a struct of a table's columns for instance) is seen as that column, for
+    transforms that handle typed parts (:attr:`Transformation.typed`); for others the
+    chain makes it a variant first.
     """
 
     topic: Column
@@ -106,14 +112,20 @@ class Record:
     headers: Column
     sink: bool
     parsed: frozenset[str] = field(default_factory=frozenset)
+    types: Mapping[str, DataType] = field(default_factory=dict)
 
     def part(self, name: str) -> Column:
-        """The key's or the value's variant (``name`` is ``"key"`` or ``"value"``)."""
+        """The key's or the value's variant, or its typed column (``name`` is ``"key"``
+        or ``"value"``)."""
         from pyspark.sql import functions as F
 
         if name not in self.parsed:
             raise RuntimeError(f"the chain did not parse the record's {name}")
         return F.col(PART_COLUMNS[name])
+
+    def type_of(self, name: str) -> DataType | None:
+        """The Spark type of a typed part; None for a variant."""
+        return self.types.get(name)
 
     def is_null(self, name: str) -> Column:
         """Whether the key or value is null (a tombstone, for the value)."""
@@ -132,12 +144,15 @@ class Outcome:
     expressions; ``failure`` is a string column, the failure's message where the record
     cannot be transformed (and null elsewhere): such a record is left as it was and
     handled as ``errors.tolerance`` says, so one bad record never fails a Spark job;
-    ``keep`` is a boolean column, false for records the transform drops.
+    ``keep`` is a boolean column, false for records the transform drops. ``types``
+    gives the Spark type of each typed part it changes (a part it makes typed, or
+    whose type it changes: a field added, dropped, cast).
     """
 
     updates: dict[str, Column] = field(default_factory=dict)
     failure: Column | None = None
     keep: Column | None = None
+    types: dict[str, DataType] = field(default_factory=dict)
 
 
 class _Plugin(ABC):
@@ -176,6 +191,11 @@ class Transformation(_Plugin):
     :meth:`configure`, and build their expressions in :meth:`apply`. The worker makes
     one instance per connector config, with no arguments.
     """
+
+    #: Whether :meth:`apply` handles typed parts (:meth:`Record.type_of`), giving the
+    #: new type of each one it changes in :attr:`Outcome.types`. A typed part that a
+    #: transform without it reads is made a variant, and stored as bytes after the chain.
+    typed: ClassVar[bool] = False
 
     @abstractmethod
     def apply(self, record: Record) -> Outcome:

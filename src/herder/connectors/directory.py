@@ -6,8 +6,9 @@ files make the batch and returns a :class:`~herder.connect.SourceBatch` of them,
 one source offset per file (``{"directory": d, "file": name}`` → its size and
 modification time), committed with the records in the batch's one transaction. Each
 row becomes a record whose value is the row as a JSON object (Connect's JSON converter
-without schemas) or, with ``value.converter.schemas.enable=true``, a typed record that
-keeps the file's column types (:mod:`herder.dataplane.schemas`). A file is read once:
+without schemas) or, with ``value.converter.schemas.enable=true``, a typed record: a
+struct of the row's columns with the file's types, carried natively in the topic
+(:mod:`herder.dataplane.typed`). A file is read once:
 files are expected to arrive whole (written elsewhere and moved in, or written under a
 name starting with ``.`` or ``_``, which are skipped, and renamed when done); a file
 that changes after it was read is not read again.
@@ -30,10 +31,14 @@ offset on (written but never committed; they will come again).
 For text, a record's value is the line; for JSON, the value (a JSON document) is written
 as it is, or parsed with ``schema``; for Parquet and CSV, values are JSON objects parsed
 with ``schema`` or, without one, with the schema Spark infers from the batch (which
-costs one more pass over it, and orders columns by name). With
-``value.converter.schemas.enable=true`` values are typed records, written with the
-types their schemas give (Parquet, CSV, JSON), a batch whose records' schemas differ
-with every field of them all. CSV is read and written as
+costs one more pass over it, and orders columns by name). Typed values (a topic's
+native columns) are written with their types: a struct's fields as the columns
+(Parquet, CSV, JSON), as text the line ``value.converter`` makes of each
+(JsonConverter's envelope with ``schemas.enable=true``, plain JSON without). With
+``value.converter.schemas.enable=true``, values of bytes are JsonConverter envelopes
+(a topic written before typed columns), written with the types their schemas give, a
+batch whose records' schemas differ with every field of them all. CSV is read and
+written as
 RFC 4180 has it: a quote inside a quoted field is doubled.
 
 The sink's directory must be on a local (or mounted) filesystem, where a rename
@@ -74,12 +79,14 @@ from herder.connectors.spark_files import (
     is_first_part,
     join_parts,
 )
+from herder.dataplane.transforms.converters import Converter
 from herder.errors import ConfigError
 from herder.files import fsync_path
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
     from pyspark.sql import DataFrame, DataFrameWriter
+    from pyspark.sql.types import DataType
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +150,8 @@ class DirectorySourceConnector(SourceConnector):
                     importance=Importance.LOW,
                     documentation="How long a poll waits for new files.")
             .define(SCHEMAS_ENABLE, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
-                    documentation="Write typed records (JsonConverter's envelope of schema"
-                    " and payload) that keep the files' column types.")
+                    documentation="Write typed records (the row as a struct of its columns)"
+                    " that keep the files' column types.")
         )  # fmt: skip
 
     def start(self, config: dict[str, str]) -> None:
@@ -252,12 +259,11 @@ class DirectorySourceTask(SourceTask):
         if self.format == "csv":
             reader = reader.option("header", str(self.csv_header).lower()).option("escape", '"')
         rows = reader.load([self.listing.spark_path(i.base_name) for i in chosen])
+        row = F.struct(*[F.col(f"`{c}`") for c in rows.columns])
         if self.typed:
-            from herder.dataplane.schemas import encode_rows
-
-            data = rows.select(encode_rows(rows).alias("value"))
+            # a typed value: the row with its columns' types, stored as it is
+            data = rows.select(row.alias("value"))
         else:
-            row = F.struct(*[F.col(f"`{c}`") for c in rows.columns])
             data = rows.select(F.to_json(row).alias("value"))
         offsets = [
             (self._partition(i.base_name), {"size": i.size, "modified_ns": i.mtime_ns})
@@ -298,8 +304,9 @@ class DirectorySinkConnector(SinkConnector):
             .define(CSV_HEADER, Type.BOOLEAN, default=True, importance=Importance.LOW,
                     documentation="Whether each CSV file starts with a line of column names.")
             .define(SCHEMAS_ENABLE, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
-                    documentation="Values are typed records (JsonConverter's envelope):"
-                    " write them with the types of their schemas.")
+                    documentation="Values of bytes are typed records (JsonConverter's"
+                    " envelope): write them with the types of their schemas; typed values"
+                    " as text lines: as envelopes.")
         )  # fmt: skip
 
     def start(self, config: dict[str, str]) -> None:
@@ -341,6 +348,7 @@ class DirectorySinkTask(SinkTask):
     """One Spark write per batch; files renamed into place by (topic, partition, base)."""
 
     offset_ranged = True
+    typed_records = True
 
     def version(self) -> str:
         return VERSION
@@ -353,6 +361,10 @@ class DirectorySinkTask(SinkTask):
         self.schema: str = settings[SCHEMA]
         self.csv_header: bool = settings[CSV_HEADER]
         self.typed: bool = settings[SCHEMAS_ENABLE]
+        self.topics: list[str] = [t for t in settings[TOPICS] if t]
+        self.converter = Converter.from_settings("value", config)
+        #: the Spark type of the batch being put, if its values are typed columns
+        self._value_type: DataType | None = None
         created = []
         folder = self.directory
         while not os.path.isdir(folder):
@@ -414,9 +426,13 @@ class DirectorySinkTask(SinkTask):
         return found
 
     def put(self, df: DataFrame) -> None:
+        from pyspark.sql import types as T
+
         owned = sorted(self.bases)
         if not owned:
             return
+        value_type = df.schema["value"].dataType
+        self._value_type = None if isinstance(value_type, T.BinaryType) else value_type
         temp = os.path.join(self.directory, TEMP_DIR, f"{self._temp_prefix}-{next(self._temps)}")
         try:
             ranges = self.context.offset_ranges()
@@ -513,7 +529,7 @@ class DirectorySinkTask(SinkTask):
     def _lines(self) -> bool:
         """Whether values are written as they are, a line each (text, and JSON as given)."""
         return self.format == "text" or (
-            self.format == "json" and not self.schema and not self.typed
+            self.format == "json" and not self.schema and not self.typed and not self._value_type
         )
 
     def _rows(self, df: DataFrame, *, located: bool) -> DataFrame:
@@ -522,6 +538,8 @@ class DirectorySinkTask(SinkTask):
         from pyspark.sql import functions as F
 
         where = ["topic", "partition", "offset"] if located else []
+        if self._value_type is not None:
+            return self._typed_rows(df, where, self._value_type)
         value = F.col("value").cast("string").alias("value")
         if self.format == "text":
             return df.select(*where, value)
@@ -542,6 +560,23 @@ class DirectorySinkTask(SinkTask):
             schema = df.sparkSession.read.json(values.select("value")).schema
         parsed = values.select(*where, F.from_json("value", schema).alias("_row"))
         return parsed.select(*where, "_row.*")
+
+    def _typed_rows(self, df: DataFrame, where: list[str], dtype: DataType) -> DataFrame:
+        """Typed values (see :mod:`herder.dataplane.typed`) as the columns to write: a
+        struct's fields with their types (Parquet, CSV, JSON), any other value as a
+        ``value`` column; for text, each value's line as ``value.converter``
+        serialises it (JsonConverter with ``schemas.enable=true``: its envelope)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        present = df.where(F.col("value").isNotNull())
+        if self.format == "text":
+            topics = ", ".join(self.topics)
+            line = self.converter.serialize_typed(F.col("value"), dtype, topics)
+            return present.select(*where, line.cast("string").alias("value"))
+        if isinstance(dtype, T.StructType):
+            return present.select(*where, "value.*")
+        return present.select(*where, "value")
 
     def _written(self, temp: str, owned: list[TopicPartition]) -> dict[TopicPartition, str]:
         """The one data file Spark wrote for each partition, by partition."""

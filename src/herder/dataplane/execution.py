@@ -784,6 +784,8 @@ class SinkExecution(_Execution):
             )
             # transforms select and filter: each Spark partition keeps its offset range
             df = await self.pipeline.before_put(df)
+            if not self.task.typed_records:
+                df = await self.pipeline.as_bytes(df, topic)
             reading += time.monotonic() - read_at
             records = sum(stop - start for start, stop in ranges.values())
             failed = self.pipeline.failed_in_last_batch

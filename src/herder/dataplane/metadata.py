@@ -121,6 +121,10 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     the files it needs and gets records in offset order without sorting them. Without it
     (a batch written across partitions in one job) nothing is promised about where a
     record is, and a record's offset is ``base_offset`` plus its ``seq`` column.
+
+    ``key_type`` and ``value_type``, when set, say that the files hold that part as a
+    native column of this Spark type (its JSON form, see :mod:`.typed`); without them
+    it is bytes.
     """
 
     partition: int
@@ -131,6 +135,14 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     max_timestamp: int
     delete_after_ms: int | None = None
     file_counts: list[int] | None = None
+    key_type: str | None = None
+    value_type: str | None = None
+
+    @property
+    def types(self) -> dict[str, str]:
+        """The stored types of the typed parts, by part (``key``, ``value``)."""
+        found = {"key": self.key_type, "value": self.value_type}
+        return {part: stored for part, stored in found.items() if stored is not None}
 
     @property
     def end_offset(self) -> int:

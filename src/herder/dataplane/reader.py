@@ -26,12 +26,19 @@ are the path stored in the ensemble) in a literal map, which costs a lookup per 
 keeps the plan small. The columns are those of Spark's Kafka source
 (:data:`~herder.connect.SINK_COLUMNS`).
 
+Typed keys and values (:mod:`.typed`) are read as the segments' Spark types, merged
+when they differ (a column added upstream: older records have it null); a read that
+mixes typed segments with segments of bytes gives bytes, the typed values as
+JsonConverter's envelope (:func:`~herder.dataplane.schemas.encode_column`).
+
 The CLI reads a slice at a time with pyarrow instead, a batch of records at a time: no
 JVM to start for a ``consume`` of a few records.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -44,12 +51,16 @@ from herder.connect import OffsetRange, TopicPartition
 from herder.dataplane.metadata import Segment, SegmentSlice
 from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL, SEGMENT_SCHEMA
 from herder.dataplane.storage import Storage
+from herder.dataplane.typed import PARTS, merge_types
+from herder.dataplane.typed import ddl as typed_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-#: The schema of a segment file, as Spark reads it.
-FILE_DDL = f"key binary, value binary, headers {HEADERS_DDL}, timestamp bigint, seq bigint"
+#: The schema of a segment file, as Spark reads it, with the DDL of its key and value.
+FILE_SCHEMA = "key {key}, value {value}, headers " + HEADERS_DDL + ", timestamp bigint, seq bigint"
+#: The schema of a segment file of bytes.
+FILE_DDL = FILE_SCHEMA.format(key="binary", value="binary")
 #: The schema of what a reader gets: Spark's Kafka source's columns, in its order.
 SINK_DDL = (
     "topic string, partition int, offset bigint, timestamp timestamp, key binary, "
@@ -60,8 +71,6 @@ SINK_DDL = (
 #: which makes a scan build its whole struct for every row even when a reader uses none
 #: of it, this column is pruned like any other when no one uses the offsets.
 ROW_INDEX = "_tmp_metadata_row_index"
-#: The schema of a positional segment file (see the module docstring), with its row index.
-POSITIONAL_FILE_DDL = f"{FILE_DDL}, {ROW_INDEX} bigint"
 #: Reads of at most this many files scan each file on its own (see the module docstring).
 MAX_FILES_UNIONED = 32
 #: Components of a segment file's path below the root (``_staging/w/b/topic=/partition=/f``).
@@ -89,27 +98,69 @@ def slices_dataframe(
     if not slices:
         return spark.createDataFrame([], SINK_DDL), None
     files = _files_of(slices)
-    if ranged and len(files) <= MAX_FILES_UNIONED and all(f.positional for f in files):
+    types = _ReadTypes.of(topic, files)
+    # a mixed read converts each typed file's values on their own: file by file
+    few = len(files) <= MAX_FILES_UNIONED or bool(types.encoded)
+    if ranged and few and all(f.positional for f in files):
         # one scan per file, in order, each scan one Spark partition: a union keeps its
         # inputs' partitions in order, so the DataFrame's are its files' ranges
         ranges = [
             OffsetRange(TopicPartition(topic, f.partition), f.from_offset, f.to_offset)
             for f in files
         ]
-        return _file_by_file(spark, storage, topic, files, one_partition_each=True), ranges
-    if len(files) <= MAX_FILES_UNIONED:
+        out = _file_by_file(spark, storage, topic, files, types, one_partition_each=True)
+        return out, ranges
+    if few:
         # one scan per file, in order: a scan's partitions follow its file's row order,
         # and a union keeps its inputs' partitions in order
-        out = _file_by_file(spark, storage, topic, files)
+        out = _file_by_file(spark, storage, topic, files, types)
     else:
-        out = _one_scan(spark, storage, topic, files)
-    if ordered and not (len(files) <= MAX_FILES_UNIONED and all(f.positional for f in files)):
+        out = _one_scan(spark, storage, topic, files, types)
+    if ordered and not (few and all(f.positional for f in files)):
         out = out.orderBy("partition", "offset")
     return out, None
 
 
+@dataclass(frozen=True)
+class _ReadTypes:
+    """The types a read gives each part (:data:`~.typed.PARTS`), as DDL, and the parts
+    whose typed files become bytes because other files hold bytes (a mixed read)."""
+
+    ddl: dict[str, str]
+    encoded: frozenset[str]
+
+    @classmethod
+    def of(cls, topic: str, files: Sequence[_FileRead]) -> _ReadTypes:
+        ddl, encoded = {}, set()
+        for part in PARTS:
+            stored = [f.types.get(part) for f in files]
+            typed = [t for t in stored if t is not None]
+            if len(typed) == len(stored):
+                ddl[part] = typed_ddl(
+                    merge_types(list(dict.fromkeys(typed)), f"topic {topic}, {part}")
+                )
+            else:
+                ddl[part] = "binary"
+                if typed:
+                    encoded.add(part)
+        return cls(ddl, frozenset(encoded))
+
+    def file_schema(self, file: _FileRead) -> str:
+        """The DDL a file is read with: the read's types, or for a part the read
+        gives as bytes, the file's own (converted after the scan)."""
+        found = {}
+        for part in PARTS:
+            own = file.types.get(part)
+            found[part] = typed_ddl(own) if part in self.encoded and own else self.ddl[part]
+        return FILE_SCHEMA.format(**found)
+
+
 def _one_scan(
-    spark: SparkSession, storage: Storage, topic: str, files: Sequence[_FileRead]
+    spark: SparkSession,
+    storage: Storage,
+    topic: str,
+    files: Sequence[_FileRead],
+    types: _ReadTypes,
 ) -> DataFrame:
     """The records of ``files`` in one Parquet scan, each row's file found by its path."""
     from pyspark.sql import functions as F
@@ -130,7 +181,7 @@ def _one_scan(
     ]
     place = F.when(F.col("_file.positional"), F.col("_metadata.row_index")).otherwise(F.col("seq"))
     rows = (
-        spark.read.schema(FILE_DDL)
+        spark.read.schema(FILE_SCHEMA.format(**types.ddl))
         .parquet(*(storage.uri(file.path) for file in files))
         .withColumn("_file", located)
         .withColumn("_place", place)
@@ -193,6 +244,8 @@ class _FileRead:
     filtered: bool
     #: the segment's newest timestamp: every record's, in a file without them
     timestamp: int
+    #: the stored types of the segment's typed parts (see :mod:`.typed`)
+    types: dict[str, str]
 
 
 def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
@@ -201,11 +254,12 @@ def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
     files = []
     for piece in slices:
         segment = piece.segment
+        types = segment.types
         if not segment.ordered:
             files += [
                 _FileRead(segment.partition, path, segment.base_offset, False,
                           piece.from_offset, piece.to_offset, filtered=True,
-                          timestamp=segment.max_timestamp)
+                          timestamp=segment.max_timestamp, types=types)
                 for path in segment.files
             ]  # fmt: skip
             continue
@@ -215,7 +269,7 @@ def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
                 files.append(
                     _FileRead(segment.partition, path, first, True, lo, hi,
                               filtered=lo > first or hi < end,
-                              timestamp=segment.max_timestamp)
+                              timestamp=segment.max_timestamp, types=types)
                 )  # fmt: skip
     return files
 
@@ -225,6 +279,7 @@ def _file_by_file(
     storage: Storage,
     topic: str,
     files: Sequence[_FileRead],
+    types: _ReadTypes,
     *,
     one_partition_each: bool = False,
 ) -> DataFrame:
@@ -239,12 +294,15 @@ def _file_by_file(
     from functools import reduce
 
     def scan(file: _FileRead) -> DataFrame:
-        schema, place = FILE_DDL, "seq"
+        schema, place = types.file_schema(file), "seq"
         if file.positional:
             # a Spark without this mechanism would give nulls: fail the read instead
             missing = f"raise_error('Spark gave no row index for {file.path}')"
-            schema, place = POSITIONAL_FILE_DDL, f"coalesce({ROW_INDEX}, {missing})"
+            schema, place = f"{schema}, {ROW_INDEX} bigint", f"coalesce({ROW_INDEX}, {missing})"
         rows = spark.read.schema(schema).parquet(storage.uri(file.path))
+        encode = [part for part in types.encoded if part in file.types]
+        if encode:
+            rows = _as_envelopes(rows, encode)
         if one_partition_each:
             # on the scan (measured: a text write of two files 3% faster than with the
             # projection under the coalesce)
@@ -258,6 +316,15 @@ def _file_by_file(
 
     scans = [scan(file) for file in files]
     return reduce(lambda a, b: a.unionAll(b), scans).selectExpr(*_sink_columns(topic))
+
+
+def _as_envelopes(rows: DataFrame, parts: Sequence[str]) -> DataFrame:
+    """``rows`` with the typed ``parts`` as bytes: JsonConverter's envelopes."""
+    from herder.dataplane.schemas import encode_column
+
+    return rows.withColumns(
+        {part: encode_column(rows[part], rows.schema[part].dataType) for part in parts}
+    )
 
 
 #: What :func:`slice_batches` gives: one row per record, in offset order.
@@ -284,11 +351,12 @@ def slice_batches(
     An ordered segment's files are read a batch at a time, and only as far as the slice
     goes: a ``consume`` of a few records from a file of millions reads a few batches, and
     one of all of them holds a batch at a time. Another segment's files are read whole,
-    to be sorted.
+    to be sorted. Typed keys and values come as their JSON text (:func:`_as_json`).
     """
     segment = piece.segment
+    schema = _file_schema(storage, segment)
     if not segment.ordered:
-        table = storage.read_table(segment.files, schema=SEGMENT_SCHEMA)
+        table = storage.read_table(segment.files, schema=schema)
         offsets = pc.add(table["seq"], pa.scalar(segment.base_offset, pa.int64()))
         wanted = pc.and_(
             pc.greater_equal(offsets, piece.from_offset), pc.less(offsets, piece.to_offset)
@@ -302,7 +370,7 @@ def slice_batches(
         if lo >= hi:
             continue
         position = first
-        for batch in storage.iter_batches(path, SEGMENT_SCHEMA, max_rows):
+        for batch in storage.iter_batches(path, schema, max_rows):
             start, stop = max(lo, position), min(hi, position + batch.num_rows)
             if start < stop:
                 rows = pa.Table.from_batches([batch.slice(start - position, stop - start)])
@@ -313,9 +381,43 @@ def slice_batches(
                 break
 
 
+def _file_schema(storage: Storage, segment: Segment) -> pa.Schema:
+    """The Arrow schema a segment's files are read with: :data:`SEGMENT_SCHEMA`, its
+    typed parts of the types its first file holds."""
+    if not segment.types:
+        return SEGMENT_SCHEMA
+    own = storage.footer(segment.files[0]).schema.to_arrow_schema()
+    schema = SEGMENT_SCHEMA
+    for part in segment.types:
+        index = schema.get_field_index(part)
+        schema = schema.set(index, own.field(part))
+    return schema
+
+
+def _as_json(column: pa.ChunkedArray) -> pa.Array:
+    """Typed values as their JSON text: decimals, dates and times as strings, bytes as
+    base64."""
+
+    def default(value: object) -> object:
+        if isinstance(value, bytes):
+            return base64.b64encode(value).decode()
+        return str(value)
+
+    return pa.array(
+        [
+            None if v is None else json.dumps(v, default=default, separators=(",", ":")).encode()
+            for v in column.to_pylist()
+        ],
+        pa.binary(),
+    )
+
+
 def _slice_columns(segment: Segment, table: pa.Table) -> pa.Table:
     """A segment's rows (with their offsets) as :data:`SLICE_SCHEMA`: missing headers
-    empty, missing timestamps the segment's."""
+    empty, missing timestamps the segment's, typed parts as JSON."""
+    for part in segment.types:
+        index = table.schema.get_field_index(part)
+        table = table.set_column(index, part, _as_json(table[part]))
     if table["headers"].null_count:
         headers = pc.fill_null(table["headers"], pa.scalar([], HEADER_TYPE))
         table = table.set_column(table.schema.get_field_index("headers"), "headers", headers)

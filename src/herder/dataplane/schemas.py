@@ -1,9 +1,13 @@
-"""Typed records: Connect's schemas as Spark types, in JsonConverter's envelope.
+"""Typed records: Connect's schemas as Spark types, and JsonConverter's envelope.
 
-A topic holds keys and values as bytes. A *typed* value is stored as Kafka Connect's
-``JsonConverter`` stores one with ``schemas.enable=true``: a JSON object
-``{"schema": <Connect schema>, "payload": <the value>}``, so each record says what it
-is and a sink can build and evolve a table from it. Connect's types map to Spark's:
+Topics carry typed keys and values as native Spark columns (:mod:`.typed`). As bytes,
+a typed value is what Kafka Connect's ``JsonConverter`` makes of one with
+``schemas.enable=true``: a JSON object ``{"schema": <Connect schema>, "payload": <the
+value>}``, so each record says what it is. That envelope is what a sink that writes
+bytes gets (its converter serialises typed values so), what a read that mixes typed
+segments with segments of bytes gives, what topics written before typed columns
+hold, and what JSON read with ``schemas.enable=true`` is parsed from; a sink can build
+and evolve a table from either form. Connect's types map to Spark's:
 
 ============================================  ====================================
 Connect schema                                Spark type
@@ -186,6 +190,20 @@ def encode_column(column: Column, dtype: DataType, name: str | None = None) -> C
         payload = F.regexp_extract(wrapped, r'^\{"v":(.*)\}$', 1)
     text = F.concat(F.lit('{"schema":' + schema + ',"payload":'), payload, F.lit("}"))
     return F.when(column.isNull(), F.lit(None)).otherwise(text.cast("binary"))
+
+
+def json_payload(column: Column, dtype: DataType) -> Column:
+    """``column`` (of Spark type ``dtype``) as plain JSON text, Spark's way (dates and
+    timestamps as ISO 8601 text, bytes as base64): JsonConverter's schemaless form."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.StructType | T.ArrayType | T.MapType):
+        return F.to_json(column, {"ignoreNullFields": "false"})
+    wrapped = F.to_json(F.struct(column.alias("v")), {"ignoreNullFields": "false"})
+    return F.when(column.isNull(), F.lit(None)).otherwise(
+        F.regexp_extract(wrapped, r'^\{"v":(.*)\}$', 1)
+    )
 
 
 # -- Connect schema → Spark type ---------------------------------------------------------

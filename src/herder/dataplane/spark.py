@@ -68,10 +68,14 @@ T = TypeVar("T")
 #: * a union keeps each input's partitions as partitions of its own. Spark would
 #:   otherwise merge the partitions of inputs that are one partition each into one: a
 #:   sink's read, a union of one-partition scans of a topic's files (see
-#:   :func:`~herder.dataplane.reader.slices_dataframe`), would be read by one task.
+#:   :func:`~herder.dataplane.reader.slices_dataframe`), would be read by one task;
+#: * timestamps written to Parquet as its standard INT64 microseconds, not the legacy
+#:   INT96 that Spark writes by default: a typed timestamp in a segment, or a column of
+#:   a Parquet file a sink writes, reads back elsewhere (Arrow) as the type it came in.
 SESSION_CONF: Mapping[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.unionOutputPartitioning": "false",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 #: What herder sets unless the worker's properties say otherwise.
 DEFAULT_CONF: Mapping[str, str] = {

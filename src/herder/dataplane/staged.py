@@ -21,6 +21,9 @@ class StagedSegment:
     #: records per file when the files hold runs of records in order (see
     #: :attr:`Segment.file_counts <herder.dataplane.metadata.Segment.file_counts>`)
     file_counts: list[int] | None = None
+    #: the Spark types of the typed key and value (see :mod:`.typed`), None for bytes
+    key_type: str | None = None
+    value_type: str | None = None
 
 
 @dataclass(frozen=True)

@@ -458,6 +458,8 @@ class Topics:
                 bytes=part.bytes,
                 max_timestamp=part.max_timestamp,
                 file_counts=part.file_counts,
+                key_type=part.key_type,
+                value_type=part.value_type,
             )
             tp = TopicPartition(part.topic, part.partition)
             segments[tp] = segment

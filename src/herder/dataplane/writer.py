@@ -46,6 +46,7 @@ from herder.dataplane.spark import SparkRuntime
 from herder.dataplane.staged import StagedBatch, StagedSegment
 from herder.dataplane.storage import Storage, batch_dir, check_task_name, writer_dir
 from herder.dataplane.topics import Topics
+from herder.dataplane.typed import BYTES_TYPES, SPARK_ROW_METADATA, part_types
 from herder.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -209,10 +210,10 @@ class SegmentWriter:
 
         def job() -> list[StagedSegment]:
             # no keys; no headers and, unless the rows have their own, one timestamp:
-            # the files leave those columns out (see _lean). Values alone, as bytes
-            # already, are written as they come: another select costs an analysis.
+            # the files leave those columns out (see _lean). Values alone are written
+            # as they come: another select costs an analysis.
             rows = df
-            if list(types) != ["value"] or types["value"] not in _BYTES:
+            if list(types) != ["value"]:
                 columns = [_value(types).alias("value")]
                 if "headers" in types:
                     columns.append(_headers(types).alias("headers"))
@@ -319,18 +320,14 @@ def _by_topic(topic: Column, values: Mapping[str, int]) -> Column:
     return expr
 
 
-#: Spark types a value is stored as it is: a ``string`` holds its bytes (Spark's text
-#: reader does not decode lines), and Parquet stores both as BYTE_ARRAY; readers ask
-#: for ``binary``. Casting a string would copy every value.
-_BYTES = ("binary", "string")
-
-
 def _value(types: Mapping[str, str]) -> Column:
-    """Each row's value as a segment holds it (``types``: the DataFrame's, by column)."""
+    """Each row's value as a segment holds it (``types``: the DataFrame's, by column):
+    as it is. A ``string`` holds its bytes (Spark's text reader does not decode lines)
+    and Parquet stores it as it stores ``binary``, which readers ask for: casting would
+    copy every value. Any other type is a typed value, stored natively (:mod:`.typed`)."""
     from pyspark.sql import functions as F
 
-    value = F.col("value")
-    return value if types["value"] in _BYTES else value.cast("binary")
+    return F.col("value")
 
 
 def _headers(types: Mapping[str, str]) -> Column:
@@ -366,11 +363,19 @@ def _sequenced(
     from pyspark.sql import functions as F
 
     topic_col = F.lit(topic) if topic is not None else F.col("topic")
-    key = F.col("key").cast("binary") if "key" in types else F.lit(None).cast("binary")
+    if "key" not in types:
+        key, hashed = F.lit(None).cast("binary"), F.lit(0)
+    elif types["key"] in BYTES_TYPES:
+        key = F.col("key").cast("binary")
+        hashed = F.crc32(key)
+    else:
+        # a typed key, stored natively: its partition from Spark's hash of its value
+        key = F.col("key")
+        hashed = F.hash(key)
     headers = _headers(types)
     timestamp = _timestamp(types, now_ms)
     count = _by_topic(topic_col, counts)
-    by_key = F.when(key.isNotNull(), F.pmod(F.crc32(key), count).cast("int")).otherwise(
+    by_key = F.when(key.isNotNull(), F.pmod(hashed, count).cast("int")).otherwise(
         _by_topic(topic_col, sticky).cast("int")
     )
     if "partition" in types:
@@ -509,6 +514,8 @@ def _describe(
         kept = [f for f in summaries if f.rows]
         if kept:
             sizes = dict(files)
+            # one job wrote them from one DataFrame: its files share their types
+            typed = kept[0].types
             segments.append(
                 StagedSegment(
                     topic=topic,
@@ -518,6 +525,8 @@ def _describe(
                     bytes=sum(sizes[f.path] for f in kept),
                     max_timestamp=max(f.newest for f in kept),
                     file_counts=[f.rows for f in kept] if positional else None,
+                    key_type=typed.get("key"),
+                    value_type=typed.get("value"),
                 )
             )
     storage.make_durable(path for segment in segments for path in segment.files)
@@ -526,11 +535,13 @@ def _describe(
 
 @dataclass(frozen=True)
 class _FileSummary:
-    """What a staged file's footer says: its rows and their newest timestamp."""
+    """What a staged file's footer says: its rows, their newest timestamp, and the
+    types of its typed parts (see :mod:`.typed`)."""
 
     path: str
     rows: int
     newest: int
+    types: dict[str, str]
 
 
 def _summarize(storage: Storage, path: str, shared: int | None) -> _FileSummary:
@@ -538,10 +549,11 @@ def _summarize(storage: Storage, path: str, shared: int | None) -> _FileSummary:
     file has no such column."""
     meta = storage.footer(path)
     names = meta.schema.names
+    types = part_types((meta.metadata or {}).get(SPARK_ROW_METADATA))
     if "timestamp" not in names:
         if shared is None:
             raise RuntimeError(f"{path} has no timestamp column and none was given for it")
-        return _FileSummary(path, meta.num_rows, shared)
+        return _FileSummary(path, meta.num_rows, shared, types)
     groups = (meta.row_group(i) for i in range(meta.num_row_groups))
     column = names.index("timestamp")
     stamps = [g.column(column).statistics for g in groups if g.num_rows]
@@ -550,4 +562,4 @@ def _summarize(storage: Storage, path: str, shared: int | None) -> _FileSummary:
     else:
         table: pa.Table = storage.read_table([path], columns=["timestamp"])
         newest = int(pc.max(table["timestamp"]).as_py())
-    return _FileSummary(path, meta.num_rows, newest)
+    return _FileSummary(path, meta.num_rows, newest, types)

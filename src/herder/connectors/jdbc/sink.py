@@ -1,7 +1,11 @@
 """JdbcSink: typed records of topics into PostgreSQL tables, exactly once.
 
-Config names are those of Confluent's JDBC sink connector. Records must be typed
-(:mod:`herder.dataplane.schemas`: JsonConverter's envelope); a batch becomes rows of
+Config names are those of Confluent's JDBC sink connector. Records must be typed:
+typed columns as topics hold them (:mod:`herder.dataplane.typed`), whose Spark types
+give the table's columns with no pass over the rows, or bytes in JsonConverter's
+envelope (:mod:`herder.dataplane.schemas`, a topic written before typed columns, or
+JSON read with ``schemas.enable=true``), whose schemas are found in the batch. A
+batch becomes rows of
 the table ``table.name.format`` names, whose columns are the key's (``pk.mode``) and
 the value's fields (``fields.whitelist``). With ``auto.create`` a missing table is
 created from the records' schema, with ``auto.evolve`` a field the table lacks becomes
@@ -196,6 +200,8 @@ class _Schemas:
     keys: list[dict]
     key_heads: list[str]
     complete: bool
+    #: the parts (``key``, ``value``) the batch holds as typed columns, not envelopes
+    native: frozenset[str] = frozenset()
 
     def unexpected(self) -> Column:
         """Whether a record's key or value has a schema not among these."""
@@ -224,6 +230,8 @@ class _Staged:
 
 class JdbcSinkTask(SinkTask):
     """Stages each put with Spark's executors; moves it in with the offsets at commit."""
+
+    typed_records = True
 
     def version(self) -> str:
         return VERSION
@@ -323,6 +331,13 @@ class JdbcSinkTask(SinkTask):
         every schema it holds."""
         began = time.monotonic()
         topics = [t for t in self.settings[TOPICS] if t]
+        native = self._native(df, topics)
+        if native is not None:
+            _complete, staged = self._stage(df, native, began)
+            if staged is not None:
+                with self._lock:
+                    self.pending.append(staged)
+            return
         # with one topic, the schemas of the batch before are checked as a first record's
         expected = self._expected if len(topics) == 1 else None
         if expected is None:
@@ -347,6 +362,34 @@ class JdbcSinkTask(SinkTask):
             if everything is None:
                 return
             expected = everything
+
+    def _native(self, df: DataFrame, topics: Sequence[str]) -> _Schemas | None:
+        """The schemas of a batch whose values are typed columns (see
+        :mod:`herder.dataplane.typed`): their Spark types say it all, no job needed
+        but, with several topics, one that finds the batch's. None for a batch of
+        bytes (envelopes: :meth:`_schemas`)."""
+        from pyspark.sql import types as T
+
+        from herder.dataplane.schemas import connect_schema
+
+        types = {f.name: f.dataType for f in df.schema.fields}
+        value, key = types["value"], types["key"]
+        if isinstance(value, T.BinaryType) or not isinstance(value, T.StructType):
+            return None
+        if len(topics) == 1:
+            topic = topics[0]
+        else:
+            first = df.select("topic").limit(1).collect()
+            if not first:
+                return None
+            topic = first[0]["topic"]
+        table = TableId.parse(self.settings[TABLE_NAME_FORMAT].replace("${topic}", topic))
+        typed_key = not isinstance(key, T.BinaryType)
+        keys = [connect_schema(key, optional=False)] if typed_key else []
+        native = frozenset({"value", "key"} if typed_key else {"value"})
+        return _Schemas(
+            topic, table, [connect_schema(value, optional=False)], [], keys, [], True, native
+        )
 
     def _schemas(self, df: DataFrame, *, every: bool) -> _Schemas | None:
         """The schemas of ``df``'s keys and values: of its first record with a value
@@ -431,11 +474,15 @@ class JdbcSinkTask(SinkTask):
                 F.col("offset").alias(keys[2]),
             ]
         elif self.pk_mode == PK_RECORD_KEY:
-            keys, key_columns = self._key_columns(key_schemas, table, decodes)
+            native_key = "key" in schemas.native
+            keys, key_columns = self._key_columns(key_schemas, table, decodes, native_key)
             columns += key_columns
         if value is not None:
-            decodes["__value"] = ("value", value)
-            decoded = F.col("__value")
+            if "value" in schemas.native:
+                decoded = F.col("value")
+            else:
+                decodes["__value"] = ("value", value)
+                decoded = F.col("__value")
             value_fields = [f["field"] for f in value["fields"]]
             if self.pk_mode == PK_RECORD_VALUE:
                 keys = self.pk_fields or value_fields
@@ -476,9 +523,14 @@ class JdbcSinkTask(SinkTask):
         return True, _Staged(stage, table, [f.name for f in fields], keys, written)
 
     def _key_columns(
-        self, key_schemas: list[dict], table: TableId, decodes: dict[str, tuple[str, dict]]
+        self,
+        key_schemas: list[dict],
+        table: TableId,
+        decodes: dict[str, tuple[str, dict]],
+        native: bool,
     ) -> tuple[list[str], list[Any]]:
-        """The primary key's names, and its columns (``decodes`` gets the key's schema)."""
+        """The primary key's names, and its columns (``decodes`` gets the key's schema,
+        unless the keys are ``native``: typed columns already)."""
         from pyspark.sql import functions as F
 
         from herder.dataplane.schemas import merged_struct
@@ -490,8 +542,11 @@ class JdbcSinkTask(SinkTask):
         structs = [s for s in key_schemas if s.get("type") == "struct"]
         if structs:
             merged = merged_struct(structs)
-            decodes["__key"] = ("key", merged)
-            decoded = F.col("__key")
+            if native:
+                decoded = F.col("key")
+            else:
+                decodes["__key"] = ("key", merged)
+                decoded = F.col("__key")
             names = [f["field"] for f in merged["fields"]]
             keys = self.pk_fields or names
             missing = [k for k in keys if k not in names]
@@ -503,6 +558,8 @@ class JdbcSinkTask(SinkTask):
         if len(self.pk_fields) > 1:
             raise DatabaseError(f"table {table}: a primitive key fills one {PK_FIELDS} column")
         name = self.pk_fields[0] if self.pk_fields else "__connect_key"
+        if native:
+            return [name], [F.col("key").alias(name)]
         decodes["__key"] = ("key", key_schemas[-1])
         return [name], [F.col("__key").alias(name)]
 

@@ -13,8 +13,9 @@ timestamp are neither lost nor read twice; ``bulk``: the whole table, every
 ``poll.interval.ms``) and the offset the batch reaches. The window's rows are read on
 Spark's executors (:mod:`.reading`), cut into ranges of a numeric key (the incrementing
 column, or a one-column integer primary key) when there are more than
-``parallel.min.rows`` of them, and each row becomes a typed record
-(:mod:`herder.dataplane.schemas`): the batch and its offset commit in one transaction.
+``parallel.min.rows`` of them, and each row becomes a typed record, a struct of the
+row's columns with their types (:mod:`herder.dataplane.typed`): the batch and its
+offset commit in one transaction.
 
 Tables are spread over ``tasks.max`` tasks; the connector looks for new and dropped
 tables every ``table.poll.interval.ms`` and has the tasks reconfigured when the set
@@ -608,16 +609,17 @@ class JdbcSourceTask(SourceTask):
             return fn(self.conn)
 
     def _batch(self, reader: _TableReader, window: _Window) -> SourceBatch:
+        from pyspark.sql import functions as F
+
         from herder.connectors.jdbc.reading import jdbc_dataframe
-        from herder.dataplane.schemas import encode_rows
         from herder.dataplane.spark import spark_runtime
 
         pieces = reader.pieces(window)
         rows = jdbc_dataframe(
             spark_runtime().session, self.database.libpq(), reader.base, reader.schema, pieces
         )
-        name = reader.table.name if reader.table is not None else None
-        data = rows.select(encode_rows(rows, name).alias("value"))
+        # the row as a typed value: a struct of the table's columns, stored as it is
+        data = rows.select(F.struct(*[F.col(f"`{c}`") for c in rows.columns]).alias("value"))
         offsets = [(reader.partition, window.offset)] if window.offset is not None else []
         log.info(
             "JdbcSource: reading %s into %s (%s rows in %d pieces), offset %s",

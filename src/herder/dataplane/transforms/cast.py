@@ -7,7 +7,8 @@ on a non-null input is the failure, so one bad record never fails the Spark job.
 Times are UTC, as in Connect. TimestampConverter's ``Timestamp``, ``Date`` and
 ``Time`` targets are epoch milliseconds in schemaless records (a ``Date`` at midnight,
 a ``Time`` counted from midnight), since JSON has no date type; ``format`` is a
-datetime pattern as Spark reads it (the common letters are SimpleDateFormat's).
+datetime pattern as Spark reads it (the common letters are SimpleDateFormat's). On
+typed keys and values (:mod:`.structs`) the targets are Spark's types.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from herder.config import ConfigDef, Importance, Type, ValidString
 from herder.config.parsing import invalid_value
 from herder.connect.transforms import KEY, VALUE, Outcome, Record
+from herder.dataplane.transforms import structs
 from herder.dataplane.transforms.builtin import (
     CONNECT_TRANSFORMS,
     field_path,
@@ -104,6 +106,8 @@ class Cast(PartTransform):
         return to_variant(cast), failure
 
     def apply(self, record: Record) -> Outcome:
+        if record.type_of(self.part) is not None:
+            return structs.cast(self, record, WHOLE)
         from pyspark.sql import functions as F
 
         current = record.part(self.part)
@@ -232,6 +236,8 @@ class TimestampConverter(PartTransform):
         return to_variant(millis)
 
     def apply(self, record: Record) -> Outcome:
+        if record.type_of(self.part) is not None:
+            return structs.convert_timestamp(self, record)
         from pyspark.sql import functions as F
 
         current = record.part(self.part)

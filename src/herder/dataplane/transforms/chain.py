@@ -22,6 +22,14 @@ subclass: whatever :func:`herder.connect.transforms.transformation_class` resolv
 result and an ``_error`` column: null for a record that went through, the failure
 (stage, class, exception, message) for one that did not — that record is otherwise
 left as it was when it failed, and later transforms skip it.
+
+A typed key or value (a native column of the topic, :mod:`herder.dataplane.typed`) is
+given as it is to transforms that handle typed parts (Connect's transforms with a
+schema: struct fields changed with ``withField``, ``dropFields``, casts …), and stays
+typed after the chain; one that a transform without typed support reads is made a
+variant first, and leaves the chain as bytes (its converter's). A transform that
+changes a typed part's type cannot be gated by a predicate: a column has one type, so
+records it skips could not keep theirs.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from herder.errors import ConfigError, NotSupported
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
 
 TRANSFORMS: Final = "transforms"
 PREDICATES: Final = "predicates"
@@ -168,14 +177,11 @@ def _build(settings: Mapping[str, Any]) -> tuple[list[Step], list[str]]:
 
 def validate_transforms(settings: Mapping[str, Any]) -> list[str]:
     """Every problem with the transforms, predicates and converters of a connector config."""
-    steps, problems = _build(settings)
-    parsed = _parsed(steps)
+    _steps, problems = _build(settings)
     for part in (KEY, VALUE):
         try:
-            converter = Converter.from_settings(part, settings)
-            if part in parsed:
-                converter.check_parsed()
-        except (ConfigError, NotSupported) as exc:
+            Converter.from_settings(part, settings)
+        except ConfigError as exc:
             problems.append(str(exc))
     return problems
 
@@ -197,12 +203,13 @@ class TransformChain:
         self.steps = list(steps)
         self.converters = {KEY: key, VALUE: value}
         self.parsed = _parsed(self.steps)
-        for part in self.parsed:
-            self.converters[part].check_parsed()
         #: whether a record can fail in the chain, and whether one's topic can change in it
         #: (known exactly once it has been applied: what a transform changes is its outcome)
         self.may_fail = True
         self.routes = True
+        #: the typed parts after the chain, by part, with their Spark types (known once
+        #: it has been applied)
+        self.types: dict[str, DataType] = {}
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> TransformChain:
@@ -222,33 +229,73 @@ class TransformChain:
         sink) with the chain applied, its parsed parts in ``_key`` / ``_value`` and the
         failure of each record that failed in ``_error``."""
         from pyspark.sql import functions as F
+        from pyspark.sql import types as T
 
         df = df.withColumns({ORIGIN_TOPIC: F.col("topic"), ERROR: F.lit(None).cast(ERROR_DDL)})
         may_fail = False
+        raw_types = {f.name: f.dataType for f in df.schema.fields} if self.parsed else {}
+        types: dict[str, DataType] = {}
         for part in sorted(self.parsed):
+            raw = F.col(RAW_COLUMNS[part])
+            raw_type = raw_types[RAW_COLUMNS[part]]
+            if not isinstance(raw_type, T.BinaryType):
+                if self._typed_readers(part, 0):
+                    types[part] = raw_type
+                    df = df.withColumn(PART_COLUMNS[part], raw)
+                else:
+                    df = df.withColumn(PART_COLUMNS[part], as_variant(raw, raw_type))
+                continue
             converter = self.converters[part]
-            variant, failure = converter.parse(F.col(RAW_COLUMNS[part]))
-            df = df.withColumn(PART_COLUMNS[part], variant)
+            envelopes = converter.parse_typed(df, RAW_COLUMNS[part]) if converter.schemas else None
+            failure: Column | None
+            if envelopes is not None:
+                parsed, parsed_type, failure = envelopes
+                if self._typed_readers(part, 0):
+                    types[part] = parsed_type
+                else:
+                    parsed = as_variant(parsed, parsed_type)
+            else:
+                parsed, failure = converter.parse(raw)
+            df = df.withColumn(PART_COLUMNS[part], parsed)
             if failure is not None:
                 may_fail = True
                 df = df.withColumn(ERROR, _failed(failure, converter.stage, converter.kind))
-        record = Record(
-            topic=F.col("topic"),
-            partition=F.col("partition"),
-            offset=F.col("offset") if sink else F.lit(None).cast("long"),
-            timestamp=F.col("timestamp"),
-            headers=F.col("headers"),
-            sink=sink,
-            parsed=self.parsed,
-        )
         routes = False
-        for step in self.steps:
+        for index, step in enumerate(self.steps):
+            record = Record(
+                topic=F.col("topic"),
+                partition=F.col("partition"),
+                offset=F.col("offset") if sink else F.lit(None).cast("long"),
+                timestamp=F.col("timestamp"),
+                headers=F.col("headers"),
+                sink=sink,
+                parsed=self.parsed,
+                types=dict(types),
+            )
             outcome = step.transform.apply(record)
             df = self._step(df, step, record, outcome)
+            types.update(outcome.types)
+            for part, dtype in outcome.types.items():
+                if not self._typed_readers(part, index + 1):
+                    # a later transform reads it as a variant
+                    df = df.withColumn(
+                        PART_COLUMNS[part], as_variant(F.col(PART_COLUMNS[part]), dtype)
+                    )
+                    del types[part]
             may_fail = may_fail or outcome.failure is not None
             routes = routes or "topic" in outcome.updates
-        self.may_fail, self.routes = may_fail, routes
+        self.may_fail, self.routes, self.types = may_fail, routes, types
         return df
+
+    def _typed_readers(self, part: str, first: int) -> bool:
+        """Whether every step from ``first`` on that reads ``part`` handles typed parts
+        (predicates see variants)."""
+        for step in self.steps[first:]:
+            if part in step.transform.reads and not step.transform.typed:
+                return False
+            if step.predicate is not None and part in step.predicate.reads:
+                return False
+        return True
 
     @staticmethod
     def _step(df: DataFrame, step: Step, record: Record, outcome: Outcome) -> DataFrame:
@@ -278,6 +325,17 @@ class TransformChain:
             )
         for name, expr in outcome.updates.items():
             column = PART_COLUMNS.get(name, name)
+            retyped = outcome.types.get(name)
+            if retyped is not None and retyped != record.type_of(name):
+                if step.predicate is not None:
+                    raise NotSupported(
+                        f"transforms.{step.alias}: it changes the type of typed {name}s"
+                        f" (to {retyped.simpleString()}), so it cannot apply to some records"
+                        f" only; drop transforms.{step.alias}.predicate"
+                    )
+                # failed records, which keep the part they came with, aside
+                changes[column] = F.when(succeeds, expr)
+                continue
             changes[column] = F.when(succeeds, expr).otherwise(F.col(column))
         if outcome.keep is not None:
             df = df.where(~F.coalesce(succeeds & ~outcome.keep, F.lit(False)))
@@ -286,9 +344,12 @@ class TransformChain:
         return df
 
     def output(self, part: str) -> Column:
-        """The bytes of ``part`` after the chain: serialized again if it was parsed."""
+        """``part`` after the chain: as it is if typed, else its bytes, serialized again
+        if it was parsed."""
         from pyspark.sql import functions as F
 
+        if part in self.types:
+            return F.col(PART_COLUMNS[part])
         if part in self.parsed:
             return self.converters[part].serialize(F.col(PART_COLUMNS[part]))
         return F.col(RAW_COLUMNS[part])
@@ -309,3 +370,13 @@ def _failed(failure: Column, stage: str, executing: str) -> Column:
             ),
         ),
     )
+
+
+def as_variant(typed: Column, dtype: DataType) -> Column:
+    """A typed part as a variant: a struct or map an object, an array an array."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.StructType | T.MapType | T.ArrayType):
+        return F.to_variant_object(typed)
+    return typed.cast("variant")

@@ -7,8 +7,9 @@ the key or the value, that part is converted first, with Connect's converter nam
 * ``org.apache.kafka.connect.json.JsonConverter`` (the default): the bytes are JSON,
   schemaless; bytes that are not JSON fail the record at stage ``*_CONVERTER``. With
   ``schemas.enable=true`` the bytes are typed records, Connect's envelope of schema and
-  payload (:mod:`herder.dataplane.schemas`): they pass through a chain untouched, and a
-  transform that would look inside them is refused (not supported yet);
+  payload (:mod:`herder.dataplane.schemas`): a chain that looks inside them gets them as
+  typed values (:meth:`Converter.parse_typed`: the batch's schemas are found first, in
+  one job), and a value that is no envelope fails its record;
 * ``org.apache.kafka.connect.storage.StringConverter``: the bytes are UTF-8 text, a
   string; a string goes back as its text, anything else as JSON;
 * ``org.apache.kafka.connect.converters.ByteArrayConverter``: the bytes as they are;
@@ -16,6 +17,13 @@ the key or the value, that part is converted first, with Connect's converter nam
 
 A part no transform looks into is never converted: its bytes pass through untouched.
 Objects come back as JSON with their fields in name order (variants keep them so).
+
+Topics also hold *typed* keys and values, native Spark columns (:mod:`..typed`). A
+sink that takes bytes gets them serialised with its converter
+(:meth:`Converter.serialize_typed`), which is where JsonConverter's envelope lives:
+with ``schemas.enable=true`` a typed value becomes ``{"schema": …, "payload": …}``,
+without it the payload's plain JSON; StringConverter gives a string's text and any
+other value's JSON; ByteArrayConverter takes only bytes, as Connect's does.
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ from typing import TYPE_CHECKING, Any, Final
 from herder.errors import ConfigError, NotSupported
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
 
 JSON: Final = "org.apache.kafka.connect.json.JsonConverter"
 STRING: Final = "org.apache.kafka.connect.storage.StringConverter"
@@ -61,14 +70,45 @@ class Converter:
         schemas = str(settings.get(f"{setting}.schemas.enable", "false")).strip().lower()
         return cls(kind, part, kind == JSON and schemas == "true")
 
-    def check_parsed(self) -> None:
-        """Refuse to parse typed records for a transform: not supported yet."""
-        if self.schemas:
+    def parse_typed(self, df: DataFrame, raw: str) -> tuple[Column, DataType, Column] | None:
+        """Envelopes (column ``raw`` of ``df``) as typed values: the values, their Spark
+        type, and the failure where a value is no envelope. Finding the batch's schemas
+        costs a job; None if it has no envelope (then parse as schemaless JSON)."""
+        from pyspark.sql import functions as F
+
+        from herder.dataplane.schemas import (
+            decode_column,
+            merged_struct,
+            parse_schema,
+            schema_of,
+            spark_type,
+        )
+
+        column = F.col(raw)
+        heads = df.where(column.isNotNull()).select(schema_of(column).alias("s")).distinct()
+        schemas = [parse_schema(row["s"]) for row in heads.collect() if row["s"] is not None]
+        found = [s for s in schemas if s is not None]
+        if not found:
+            return None
+        if len(found) == 1:
+            schema = found[0]
+        elif all(s.get("type") == "struct" for s in found):
+            schema = merged_struct(found)
+        else:
             raise NotSupported(
-                f"{self.part}.converter.schemas.enable=true: transforms that look inside"
-                f" typed {self.part}s are not supported yet; set it to false, or use"
-                " transforms that leave the record's contents alone"
+                f"{self.part}.converter.schemas.enable=true: a batch holds {self.part}s of"
+                f" {len(found)} schemas that are not all structs; transforms need one type"
             )
+        failure = F.when(
+            column.isNotNull() & schema_of(column).isNull(),
+            F.lit(
+                f"Converting byte[] to the record's {self.part} failed: JsonConverter with"
+                ' schemas.enable requires "schema" and "payload" fields and may not contain'
+                " additional fields. If you are trying to deserialize plain JSON data, set"
+                " schemas.enable=false in your converter configuration."
+            ),
+        )
+        return decode_column(column, schema), spark_type(schema), failure
 
     @property
     def stage(self) -> str:
@@ -105,4 +145,27 @@ class Converter:
             F.when(kind == "BINARY", F.try_variant_get(variant, "$", "binary"))
             .when(kind == "STRING", as_text)
             .otherwise(as_json)
+        )
+
+    def serialize_typed(self, typed: Column, dtype: DataType, topic: str) -> Column:
+        """The bytes of typed values ``typed`` (of Spark type ``dtype``, from ``topic``),
+        as this converter serialises them; null stays null."""
+        from pyspark.sql import types as T
+
+        from herder.dataplane.schemas import encode_column, json_payload
+
+        if self.kind == JSON:
+            if self.schemas:
+                return encode_column(typed, dtype)
+            return json_payload(typed, dtype).cast("binary")
+        if self.kind == STRING:
+            if isinstance(dtype, T.StringType):
+                return typed.cast("binary")
+            return json_payload(typed, dtype).cast("binary")
+        if isinstance(dtype, T.BinaryType):
+            return typed
+        raise ConfigError(
+            f"{self.part}.converter={BYTES} takes bytes, but the {self.part}s of topic"
+            f" {topic} are typed ({dtype.simpleString()}): set {self.part}.converter to"
+            f" {JSON} or {STRING}"
         )

@@ -1,8 +1,9 @@
-"""Transforms on the fields of a key or value: Connect's field transforms, schemaless.
+"""Transforms on the fields of a key or value: Connect's field transforms.
 
 Each has a ``$Key`` and a ``$Value`` form (ValueToKey has one). A null key or value
 (and a tombstone) passes through untouched; one that is not an object fails the record
-with Connect's message where the transform needs fields.
+with Connect's message where the transform needs fields. Schemaless parts are variants
+(here); typed ones, with a schema, are structs (:mod:`.structs`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from herder.config import ConfigDef, Importance, Type, ValidString
 from herder.config.parsing import invalid_value
 from herder.connect.transforms import KEY, VALUE, Outcome, Record
+from herder.dataplane.transforms import structs
 from herder.dataplane.transforms.builtin import (
     CONNECT_TRANSFORMS,
     BuiltInTransformation,
@@ -54,6 +56,7 @@ class PartTransform(BuiltInTransformation):
     """A transform of one part, named by its subclass (``$Key`` or ``$Value``)."""
 
     part: ClassVar[str] = VALUE
+    typed = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -87,6 +90,8 @@ class InsertField(PartTransform):
         self.static_value = config["static.value"]
 
     def apply(self, record: Record) -> Outcome:
+        if record.type_of(self.part) is not None:
+            return structs.insert_field(self, record)
         from pyspark.sql import functions as F
 
         values: dict[str, Column] = {
@@ -138,6 +143,8 @@ class ReplaceField(PartTransform):
         self.renames = dict(pair.split(":", 1) for pair in config["renames"])
 
     def apply(self, record: Record) -> Outcome:
+        if record.type_of(self.part) is not None:
+            return structs.replace_field(self, record)
         from pyspark.sql import functions as F
 
         current = record.part(self.part)
@@ -235,6 +242,8 @@ class MaskField(PartTransform):
         return masked, failure
 
     def apply(self, record: Record) -> Outcome:
+        if record.type_of(self.part) is not None:
+            return structs.mask_field(self, record)
         from pyspark.sql import functions as F
 
         current = record.part(self.part)
@@ -263,6 +272,7 @@ class ValueToKey(BuiltInTransformation):
 
     class_name = f"{CONNECT_TRANSFORMS}.ValueToKey"
     reads = frozenset({KEY, VALUE})
+    typed = True
 
     @classmethod
     def config_def(cls) -> ConfigDef:
@@ -277,6 +287,8 @@ class ValueToKey(BuiltInTransformation):
         self.fields = list(config["fields"])
 
     def apply(self, record: Record) -> Outcome:
+        if record.type_of(VALUE) is not None:
+            return structs.value_to_key(self, record)
         from pyspark.sql import functions as F
 
         value = record.part(VALUE)
@@ -312,6 +324,8 @@ class ExtractField(PartTransform):
         self.field = config["field"]
 
     def apply(self, record: Record) -> Outcome:
+        if record.type_of(self.part) is not None:
+            return structs.extract_field(self, record)
         from pyspark.sql import functions as F
 
         current = record.part(self.part)
@@ -332,6 +346,8 @@ class HoistField(PartTransform):
         self.field = config["field"]
 
     def apply(self, record: Record) -> Outcome:
+        if record.type_of(self.part) is not None:
+            return structs.hoist_field(self, record)
         from pyspark.sql import functions as F
 
         current = record.part(self.part)

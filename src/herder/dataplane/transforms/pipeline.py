@@ -30,6 +30,7 @@ from herder.connect.transforms import KEY, VALUE
 from herder.coordinator.apis import fencing_op
 from herder.coordinator.client import CoordinatorClient
 from herder.dataplane.errors import (
+    DLQ_TOPIC,
     HEADER_CLASS,
     HEADER_CONNECTOR,
     HEADER_EXCEPTION,
@@ -55,8 +56,9 @@ from herder.dataplane.transforms.chain import (
     TransformChain,
     validate_transforms,
 )
+from herder.dataplane.typed import BYTES_TYPES
 from herder.dataplane.writer import SegmentWriter
-from herder.errors import Fenced, RetriableError
+from herder.errors import Fenced, NotSupported, RetriableError
 from herder.runtime.core.protocol import ConnectorTaskId
 from herder.runtime.task_metrics import TaskMetrics
 
@@ -213,6 +215,13 @@ class RecordPipeline:
         )
         if dead is None:
             return out
+        for part in (KEY, VALUE):
+            if out.schema[part].dataType != dead.schema[part].dataType:
+                raise NotSupported(
+                    f"task {self.name}: the transforms change the type of typed {part}s, and"
+                    " a source's dead letters are written in the batch of its records, with"
+                    f" one type: set {DLQ_TOPIC} empty, or leave the type alone"
+                )
         return out.unionByName(
             dead.select(
                 F.lit(self.errors.dead_letter_topic).alias("topic"),
@@ -251,6 +260,29 @@ class RecordPipeline:
                     self.errors.dead_letter_topic,
                 )
         return good
+
+    async def as_bytes(self, df: DataFrame, topic: str) -> DataFrame:
+        """``df`` with typed keys and values serialised by the connector's converters,
+        for a sink that takes bytes (see :attr:`~herder.connect.SinkTask.typed_records`)."""
+        return await self.spark.run(self._bytes_job, df, topic, pool=self.pool)
+
+    def _bytes_job(self, df: DataFrame, topic: str) -> DataFrame:
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        types = {f.name: f.dataType for f in df.schema.fields}
+        typed = {
+            part: types[part] for part in (KEY, VALUE) if not isinstance(types[part], T.BinaryType)
+        }
+        if not typed:
+            return df
+        converters = self.chain.converters
+        return df.withColumns(
+            {
+                part: converters[part].serialize_typed(F.col(part), dtype, topic)
+                for part, dtype in typed.items()
+            }
+        )
 
     def _sink_job(self, df: DataFrame) -> tuple[DataFrame, DataFrame | None]:
         from pyspark.sql import functions as F
@@ -389,17 +421,23 @@ def _source_columns(df: DataFrame, topic: str | None) -> DataFrame:
     """A SourceBatch's DataFrame with every column a chain reads, typed."""
     from pyspark.sql import functions as F
 
-    columns = set(df.columns)
+    types = dict(df.dtypes)
 
     def given(name: str, ddl: str, default: Column) -> Column:
-        return (F.col(name).cast(ddl) if name in columns else default).alias(name)
+        return (F.col(name).cast(ddl) if name in types else default).alias(name)
+
+    def part(name: str) -> Column:
+        """A key or value: bytes, or typed as it is (see :mod:`herder.dataplane.typed`)."""
+        if name in types and types[name] not in BYTES_TYPES:
+            return F.col(name)
+        return given(name, "binary", null.cast("binary"))
 
     null = F.lit(None)
     return df.select(
         F.lit(topic).alias("topic") if topic is not None else F.col("topic").cast("string"),
         given("partition", "int", null.cast("int")),
-        given("key", "binary", null.cast("binary")),
-        F.col("value").cast("binary").alias("value"),
+        part("key"),
+        part("value"),
         given("headers", HEADERS_DDL, F.array().cast(HEADERS_DDL)),
         given("timestamp", "timestamp", null.cast("timestamp")),
     )

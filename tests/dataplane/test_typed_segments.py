@@ -1,0 +1,174 @@
+"""Typed keys and values travel through topics as native Spark columns.
+
+A DataFrame whose value is a struct (decimals, dates, timestamps, arrays, maps, nested
+structs) is staged with its value as that struct in the segment's Parquet file, the
+segment says so, and a read gives the same types back. Segments written before and
+after a column was added upstream read as one DataFrame; segments of bytes (older
+topics) still read as bytes, alongside typed ones as JsonConverter's envelope.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from herder.connect import SourceRecord
+from herder.dataplane import SegmentWriter, SparkRuntime, Storage
+from herder.dataplane.schemas import decode_column, parse_schema, schema_of
+from herder.dataplane.transforms.converters import Converter
+from herder.errors import ConfigError
+from tests.dataplane.conftest import connected, slice_rows
+from tests.integration.conftest import ServerHandle
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
+
+ROW_DDL = (
+    "id bigint, amount decimal(12,2), placed date, at timestamp, local timestamp_ntz,"
+    " tags array<string>, attrs map<string,int>, address struct<city:string,zip:int>,"
+    " paid boolean, blob binary"
+)
+
+
+def rows(spark: SparkRuntime, ids: range) -> Any:
+    items = [
+        (
+            i,
+            Decimal(i) + Decimal("0.25"),
+            dt.date(2024, 1, 1) + dt.timedelta(days=i),
+            dt.datetime(2024, 1, 1, 12, 0, 0, i, tzinfo=dt.UTC),
+            dt.datetime(2024, 1, 1, 12, 0, 0, i),
+            [f"t{i}", "x"],
+            {"n": i},
+            (f"city {i}", 1000 + i),
+            i % 2 == 0,
+            bytes([i % 256]),
+        )
+        for i in ids
+    ]
+    return spark.session.createDataFrame(items, ROW_DDL)
+
+
+def typed(df: Any) -> Any:
+    """Each row as a typed value, keyed by its id (a typed key)."""
+    return df.select(
+        F.col("id").alias("key"),
+        F.struct(*[F.col(c) for c in df.columns]).alias("value"),
+    )
+
+
+async def test_a_typed_value_is_stored_and_read_back_with_its_types(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    source = rows(spark, range(20))
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("typed-in", 2)
+        writer = SegmentWriter(topics, spark, "typed-in-0", 1)
+        staged = await writer.stage(typed(source), "typed-in")
+        committed = await topics.commit(staged)
+        segments = list(committed.segments.values())
+        assert {s.value_type is not None for s in segments} == {True}
+        assert {json.loads(s.key_type or "null") for s in segments} == {"long"}
+        # in the Parquet file the value is the struct itself, not bytes
+        file_schema = pq.read_schema(storage.fs_path(segments[0].files[0]))
+        assert file_schema.field("value").type.num_fields == len(source.columns)
+        df = await topics.read("typed-in", ordered=True)
+        assert df.schema["value"].dataType == source.schema
+        assert isinstance(df.schema["key"].dataType, T.LongType)
+        back = sorted(
+            (r.asDict(recursive=True) for r in df.select("value.*").collect()),
+            key=lambda r: r["id"],
+        )
+        assert back == [r.asDict(recursive=True) for r in source.orderBy("id").collect()]
+        # the CLI shows a typed value as its JSON
+        (partition,) = [p for p in await topics.plan_read("typed-in") if p.partition == 0][:1]
+        shown = json.loads(slice_rows(storage, [partition])[0]["value"])
+        assert set(shown) == set(source.columns)
+
+
+async def test_segments_before_and_after_a_column_was_added_read_as_one_dataframe(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    older = spark.session.createDataFrame([(i, f"n{i}") for i in range(5)], "id int, note string")
+    newer = spark.session.createDataFrame(
+        [(i, f"n{i}", Decimal("1.50")) for i in range(5, 8)],
+        "id bigint, note string, amount decimal(12,2)",
+    )
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("evolving", 1)
+        writer = SegmentWriter(topics, spark, "evolving-0", 1)
+        for df in (older, newer):
+            row = F.struct(*[F.col(c) for c in df.columns]).alias("value")
+            await topics.commit(await writer.stage(df.select(row), "evolving"))
+        read = await topics.read("evolving", ordered=True)
+        fields = {f.name: f.dataType for f in read.schema["value"].dataType.fields}
+        assert fields == {
+            "id": T.LongType(),
+            "note": T.StringType(),
+            "amount": T.DecimalType(12, 2),
+        }
+        got = [tuple(r) for r in read.select("offset", "value.*").collect()]
+        assert got == [(i, i, f"n{i}", None) for i in range(5)] + [
+            (i, i, f"n{i}", Decimal("1.50")) for i in range(5, 8)
+        ]
+
+
+async def test_a_read_of_byte_segments_and_typed_ones_gives_bytes_and_envelopes(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    source = rows(spark, range(3))
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("mixed", 1)
+        writer = SegmentWriter(topics, spark, "mixed-0", 1)
+        old = [SourceRecord({}, {}, "mixed", b'{"plain": true}', partition=0)]
+        await topics.commit(await writer.stage(old))
+        only_bytes = await topics.read("mixed")
+        assert isinstance(only_bytes.schema["value"].dataType, T.BinaryType)
+        await topics.commit(await writer.stage(typed(source).drop("key"), "mixed"))
+        read = await topics.read("mixed", ordered=True)
+        assert isinstance(read.schema["value"].dataType, T.BinaryType)
+        values = read.select("offset", "value").collect()
+        assert values[0]["value"] == b'{"plain": true}'
+        # the typed ones as envelopes, which decode to what was written
+        typed_rows = read.where("offset > 0")
+        (head,) = {r[0] for r in typed_rows.select(schema_of(F.col("value"))).collect()}
+        schema = parse_schema(head)
+        assert schema is not None and schema["type"] == "struct"
+        decoded = typed_rows.select(decode_column(F.col("value"), schema).alias("r"))
+        assert [r.asDict(recursive=True) for r in decoded.select("r.*").collect()] == [
+            r.asDict(recursive=True) for r in source.collect()
+        ]
+
+
+def test_converters_serialise_typed_values_for_sinks_that_take_bytes(
+    spark: SparkRuntime,
+) -> None:
+    df = spark.session.createDataFrame(
+        [(1, Decimal("2.50"), dt.date(2024, 3, 1))], "id int, amount decimal(5,2), day date"
+    ).select(F.struct("id", "amount", "day").alias("value"))
+    dtype = df.schema["value"].dataType
+
+    def serialised(settings: dict[str, str]) -> str:
+        converter = Converter.from_settings("value", settings)
+        out = df.select(converter.serialize_typed(F.col("value"), dtype, "t").alias("v"))
+        return bytes(out.first()["v"]).decode()
+
+    envelope = json.loads(serialised({"value.converter.schemas.enable": "true"}))
+    assert envelope["schema"]["type"] == "struct"
+    assert [f["field"] for f in envelope["schema"]["fields"]] == ["id", "amount", "day"]
+    assert envelope["payload"] == {"id": 1, "amount": 2.5, "day": 19783}
+    plain = json.loads(serialised({"value.converter.schemas.enable": "false"}))
+    assert plain == {"id": 1, "amount": 2.5, "day": "2024-03-01"}
+    as_text = serialised({"value.converter": "org.apache.kafka.connect.storage.StringConverter"})
+    assert json.loads(as_text) == plain
+    raw = Converter.from_settings(
+        "value", {"value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter"}
+    )
+    with pytest.raises(ConfigError, match=r"ByteArrayConverter takes bytes.*topic t are typed"):
+        raw.serialize_typed(F.col("value"), dtype, "t")
