@@ -257,6 +257,14 @@ class PostgresCdcSourceTask(SourceTask):
         self.drop_on_stop: bool = settings[SLOT_DROP]
         self._stopping = threading.Event()
         self.slot = Slot(self.database, settings[SLOT], settings[PUBLICATION])
+        try:
+            self._prepare(settings)
+        except BaseException:
+            self.slot.close()
+            raise
+
+    def _prepare(self, settings: Mapping[str, Any]) -> None:
+        """Checks, the publication, the slot, and where to start reading."""
         self.slot.check_server()
         tables = self._tables()
         self.slot.ensure_publication(settings[AUTOCREATE], tables)
