@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from herder.connectors.jdbc.postgres import Column, TableId, spark_type_of
@@ -32,14 +33,15 @@ HEARTBEAT_PREFIX = "__debezium-heartbeat."
 
 @dataclass(frozen=True)
 class TableShape:
-    """A table's columns at some point of its history, as change events carry them."""
+    """A table's columns at some point of its history, as change events carry them.
+    (Its Spark types are worked out once: every change of the table asks for them.)"""
 
     table: TableId
     topic: str
     columns: tuple[Column, ...]
     key: tuple[str, ...]
 
-    @property
+    @cached_property
     def row_type(self) -> StructType:
         """``before`` / ``after``: every column, optional but for the key's."""
         from pyspark.sql.types import StructField, StructType
@@ -52,7 +54,7 @@ class TableShape:
             ]
         )
 
-    @property
+    @cached_property
     def key_type(self) -> StructType | None:
         from pyspark.sql.types import StructType
 
@@ -61,7 +63,7 @@ class TableShape:
         fields = {f.name: f for f in self.row_type.fields}
         return StructType([fields[k] for k in self.key])
 
-    @property
+    @cached_property
     def value_type(self) -> StructType:
         from pyspark.sql.types import LongType, StringType, StructField, StructType
 
