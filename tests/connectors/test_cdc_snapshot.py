@@ -5,6 +5,7 @@ crash from the last committed chunk."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -23,8 +24,9 @@ ROWS = 2500
 @pytest.fixture
 def stock(logical_postgres: PostgresServer, logical_database: str) -> str:
     logical_postgres.execute(
-        "CREATE TABLE stock (id integer PRIMARY KEY, item text, qty integer);"
-        f"INSERT INTO stock SELECT i, 'item ' || i, i FROM generate_series(1, {ROWS}) i",
+        "CREATE TABLE stock (id integer PRIMARY KEY, item text, qty integer, seen timestamptz);"
+        "INSERT INTO stock SELECT i, 'item ' || i, i, TIMESTAMPTZ '2024-05-01 00:00:00+02'"
+        f" + i * INTERVAL '1 second' FROM generate_series(1, {ROWS}) i",
         dbname(logical_database),
     )
     return logical_database
@@ -46,11 +48,16 @@ def replay(events: list[Event], rows: dict[int, dict[str, Any]]) -> None:
 
 
 def table(server: PostgresServer, url: str) -> dict[int, dict[str, Any]]:
-    found = server.execute("SELECT id, item, qty FROM stock", dbname(url))
+    found = server.execute("SELECT id, item, qty, seen FROM stock", dbname(url))
     return {
-        int(i): {"id": i, "item": item, "qty": qty}  # type: ignore[call-overload]
-        for i, item, qty in found
+        # Spark gives timestamps back as the session's (UTC) wall clock
+        int(i): {"id": i, "item": item, "qty": qty, "seen": utc(seen)}  # type: ignore[call-overload]
+        for i, item, qty, seen in found
     }
+
+
+def utc(moment: Any) -> dt.datetime:
+    return moment.astimezone(dt.UTC).replace(tzinfo=None)
 
 
 def poll_batch(task: Any, offsets: Offsets, *, commit: bool = True) -> list[Event]:
@@ -79,7 +86,7 @@ def test_chunks_merge_with_changes_made_during_the_snapshot(
         logical_postgres.execute(
             "UPDATE stock SET qty = -1 WHERE id IN (5, 1500);"
             "DELETE FROM stock WHERE id IN (6, 1600);"
-            "INSERT INTO stock VALUES (9000, 'late', 1);"
+            "INSERT INTO stock VALUES (9000, 'late', 1, now());"
             "UPDATE stock SET id = 9001 WHERE id = 1700",
             db,
         )
