@@ -82,7 +82,7 @@ class Writer:
                     self.next_id += 1
                     self.conn.execute(f"UPDATE {table} SET id = {self.next_id} WHERE id = {ids}")
             self.count += 1
-            self.stop.wait(0.005)
+            self.stop.wait(0.02)
 
     def __enter__(self) -> Writer:
         self.thread.start()
@@ -156,7 +156,7 @@ def test_a_replica_equals_its_source_after_random_changes_and_a_kill_9(
              "database.password": SUPERUSER_PASSWORD, "database.dbname": db,
              "topic.prefix": "pg", "table.include.list": r"public\.(accounts|events)",
              "publication.autocreate.mode": "filtered", "slot.name": "replica",
-             "snapshot.chunk.rows": "700", "snapshot.split.rows": "350",
+             "snapshot.chunk.rows": "1200", "snapshot.split.rows": "600",
              "poll.interval.ms": "100"},
         )  # fmt: skip
         cluster.create(

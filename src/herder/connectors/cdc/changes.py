@@ -30,6 +30,8 @@ from herder.connectors.cdc.pgoutput import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql.types import DataType
 
 #: What Debezium puts in a text column whose unchanged TOASTed value was not sent.
@@ -130,34 +132,69 @@ _FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 def typed_value(text: object, dtype: DataType) -> object:
     """PostgreSQL's text output of a value as the Python value of Spark type ``dtype``."""
+    return reader_of(dtype)(text)
+
+
+def reader_of(dtype: DataType) -> Callable[[object], object]:
+    """What turns PostgreSQL's text output of a value into the Python value of Spark type
+    ``dtype`` (None for NULL): chosen once per column, used for every value."""
     from pyspark.sql import types as T
 
-    if text is None:
-        return None
-    if text is UNCHANGED:
-        return UNAVAILABLE if isinstance(dtype, T.StringType) else None
-    assert isinstance(text, str)
+    parse: Callable[[str], object]
     if isinstance(dtype, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
-        return int(text)
-    if isinstance(dtype, T.FloatType | T.DoubleType):
-        return _FLOATS.get(text) if text in _FLOATS else float(text)
-    if isinstance(dtype, T.BooleanType):
-        return text == "t"
-    if isinstance(dtype, T.StringType):
-        return text
-    if isinstance(dtype, T.BinaryType):
-        return bytes.fromhex(text[2:])
-    if isinstance(dtype, T.DecimalType):
-        return Decimal(text)
-    if isinstance(dtype, T.DateType):
-        return dt.date.fromisoformat(text)
-    if isinstance(dtype, T.TimestampNTZType):
-        return dt.datetime.fromisoformat(text)
-    if isinstance(dtype, T.TimestampType):
-        return dt.datetime.fromisoformat(text).astimezone(dt.UTC)
-    if isinstance(dtype, T.ArrayType):
-        return [typed_value(v, dtype.elementType) for v in _array_items(text)]
-    raise DecodingError(f"no text reading for Spark type {dtype.simpleString()}")
+        parse = _integer
+    elif isinstance(dtype, T.FloatType | T.DoubleType):
+        parse = _float
+    elif isinstance(dtype, T.BooleanType):
+        parse = _boolean
+    elif isinstance(dtype, T.StringType):
+        parse = str
+    elif isinstance(dtype, T.BinaryType):
+        parse = _bytea
+    elif isinstance(dtype, T.DecimalType):
+        parse = Decimal
+    elif isinstance(dtype, T.DateType):
+        parse = dt.date.fromisoformat
+    elif isinstance(dtype, T.TimestampNTZType):
+        parse = dt.datetime.fromisoformat
+    elif isinstance(dtype, T.TimestampType):
+        parse = _zoned
+    elif isinstance(dtype, T.ArrayType):
+        item = reader_of(dtype.elementType)
+        parse = lambda text: [item(v) for v in _array_items(text)]  # noqa: E731
+    else:
+        raise DecodingError(f"no text reading for Spark type {dtype.simpleString()}")
+    unchanged = UNAVAILABLE if isinstance(dtype, T.StringType) else None
+
+    def read(text: object) -> object:
+        if text is None:
+            return None
+        if text is UNCHANGED:
+            return unchanged
+        return parse(text)  # type: ignore[arg-type]
+
+    return read
+
+
+def _integer(text: str) -> int:
+    return int(text)
+
+
+def _float(text: str) -> float:
+    found = _FLOATS.get(text)
+    return float(text) if found is None else found
+
+
+def _boolean(text: str) -> bool:
+    return text == "t"
+
+
+def _bytea(text: str) -> bytes:
+    return bytes.fromhex(text[2:])
+
+
+def _zoned(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text).astimezone(dt.UTC)
 
 
 def _array_items(text: str) -> list[str | None]:

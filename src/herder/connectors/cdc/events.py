@@ -14,7 +14,7 @@ sink sees Connect schemas as it does from JdbcSource.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -53,6 +53,17 @@ class TableShape:
                 for c in self.columns
             ]
         )
+
+    @cached_property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @cached_property
+    def readers(self) -> list[Callable[[object], object]]:
+        """What reads each column's text output, in column order."""
+        from herder.connectors.cdc.changes import reader_of
+
+        return [reader_of(f.dataType) for f in self.row_type.fields]
 
     @cached_property
     def key_type(self) -> StructType | None:

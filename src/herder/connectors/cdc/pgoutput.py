@@ -111,21 +111,29 @@ class Origin:
 Message = Begin | Commit | Relation | TypeInfo | Insert | Update | Delete | Truncate | Origin
 
 
+_STRUCTS: dict[str, struct.Struct] = {}
+
+
 class _Reader:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.at = 0
 
     def take(self, fmt: str) -> int:
-        size = struct.calcsize(fmt)
-        if self.at + size > len(self.data):
+        layout = _STRUCTS.get(fmt)
+        if layout is None:
+            layout = _STRUCTS[fmt] = struct.Struct(fmt)
+        if self.at + layout.size > len(self.data):
             raise DecodingError(f"pgoutput message cut short at byte {self.at}")
-        (value,) = struct.unpack_from(fmt, self.data, self.at)
-        self.at += size
+        (value,) = layout.unpack_from(self.data, self.at)
+        self.at += layout.size
         return int(value)
 
     def byte(self) -> str:
-        return chr(self.take("!B"))
+        if self.at >= len(self.data):
+            raise DecodingError(f"pgoutput message cut short at byte {self.at}")
+        self.at += 1
+        return chr(self.data[self.at - 1])
 
     def string(self) -> str:
         end = self.data.find(b"\0", self.at)
@@ -135,26 +143,39 @@ class _Reader:
         self.at = end + 1
         return text
 
-    def raw(self, size: int) -> bytes:
-        if self.at + size > len(self.data):
-            raise DecodingError(f"pgoutput value cut short at byte {self.at}")
-        chunk = self.data[self.at : self.at + size]
-        self.at += size
-        return chunk
-
     def tuple(self) -> Tuple:
+        data = self.data
         values: list[object] = []
-        for _ in range(self.take("!H")):
-            kind = self.byte()
-            if kind == "n":
-                values.append(None)
-            elif kind == "u":
-                values.append(UNCHANGED)
-            elif kind == "t":
-                values.append(self.raw(self.take("!i")).decode())
-            else:
-                raise DecodingError(f"pgoutput column of kind {kind!r} (binary mode is not used)")
+        at = self.at
+        try:
+            (count,) = _COUNT.unpack_from(data, at)
+            at += 2
+            for _ in range(count):
+                kind = data[at]
+                at += 1
+                if kind == 0x6E:  # n
+                    values.append(None)
+                elif kind == 0x75:  # u
+                    values.append(UNCHANGED)
+                elif kind == 0x74:  # t
+                    (size,) = _LENGTH.unpack_from(data, at)
+                    at += 4
+                    if at + size > len(data):
+                        raise DecodingError(f"pgoutput value cut short at byte {at}")
+                    values.append(data[at : at + size].decode())
+                    at += size
+                else:
+                    raise DecodingError(
+                        f"pgoutput column of kind {chr(kind)!r} (binary mode is not used)"
+                    )
+        except (IndexError, struct.error) as exc:
+            raise DecodingError(f"pgoutput tuple cut short at byte {at}") from exc
+        self.at = at
         return tuple(values)
+
+
+_COUNT = struct.Struct("!H")
+_LENGTH = struct.Struct("!i")
 
 
 def decode(data: bytes) -> Message:

@@ -27,7 +27,6 @@ from herder.connectors.cdc.changes import (
     Transaction,
     TransactionAssembler,
     key_changed,
-    typed_value,
 )
 from herder.connectors.cdc.events import (
     EventBatch,
@@ -289,7 +288,8 @@ class PostgresCdcSourceTask(SourceTask):
                 # committed, not yet confirmed when the last incarnation stopped
                 self.slot.advance(self.position)
         self.assembler = TransactionAssembler()
-        self.shapes: dict[int, TableShape] = {}
+        #: each table's last Relation message, and the shape it gave
+        self.shapes: dict[int, tuple[Relation, TableShape | None]] = {}
         self.type_names: dict[tuple[int, int], str] = {}
         self.confirmable = self.position
         self.mark: int | None = None
@@ -398,27 +398,27 @@ class PostgresCdcSourceTask(SourceTask):
         if values is None:
             return None
         return {
-            f.name: typed_value(v, f.dataType)
-            for f, v in zip(shape.row_type.fields, values, strict=True)
+            name: read(v) for name, read, v in zip(shape.names, shape.readers, values, strict=True)
         }
 
     def _shape(self, relation: Relation) -> TableShape | None:
         """The shape of a relation's changes (None for a table not captured)."""
+        known = self.shapes.get(relation.oid)
+        if known is not None and known[0] is relation:
+            return known[1]
         table = TableId(relation.schema, relation.name)
+        shape = known[1] if known is not None else None
         if not self.plan.captures(table):
-            return None
-        shape = self.shapes.get(relation.oid)
-        if shape is None or shape.columns != self._columns(relation):
-            columns = self._columns(relation)
+            shape = None
+        elif shape is None or shape.columns != self._columns(relation):
             # the primary key, as Debezium keys events; else the replica identity's columns
             # (with REPLICA IDENTITY FULL the relation flags every column)
             key = primary_key(self.slot.conn, table) or [
                 c.name for c in relation.columns if c.key and relation.replica_identity != "f"
             ]
-            shape = TableShape(
-                table, f"{self.prefix}.{table.schema}.{table.name}", columns, tuple(key)
-            )
-            self.shapes[relation.oid] = shape
+            topic = f"{self.prefix}.{table.schema}.{table.name}"
+            shape = TableShape(table, topic, self._columns(relation), tuple(key))
+        self.shapes[relation.oid] = (relation, shape)
         return shape
 
     def _columns(self, relation: Relation) -> tuple[Column, ...]:
