@@ -31,7 +31,12 @@ from typing import Final
 
 from herder.config import ConfigDef, ConfigValue, Importance, Type
 from herder.connect import UNDEFINED_VERSION, Connector, ConnectorType
-from herder.connect.transforms import installed_predicates, installed_transformations
+from herder.connect.transforms import (
+    installed_predicates,
+    installed_transformations,
+    predicate_class,
+    transformation_class,
+)
 from herder.errors import ConfigError, ErrorCode, HerderError
 
 __all__ = [
@@ -115,6 +120,17 @@ def _transform_plugins() -> list[TransformPlugin]:
             except Exception as exc:
                 log.warning("Skipping %s plugin %s: %s", kind, klass.class_name, exc)
     return sorted(found, key=lambda p: p.class_name)
+
+
+def _importable(kind: str, name: str) -> TransformPlugin | None:
+    """A transformation or predicate not installed, by its full dotted name: it is found
+    by that name when the chain is built (see :mod:`herder.connect.transforms`), so it
+    validates too."""
+    lookup = transformation_class if kind == TRANSFORMATION else predicate_class
+    klass = lookup(name)
+    if klass is None:
+        return None
+    return TransformPlugin(klass.class_name, kind, klass.version(), klass.config_def())
 
 
 class Plugins:
@@ -255,7 +271,7 @@ class Plugins:
                     continue
                 plugin = next(
                     (p for p in available if p.type == kind and p.matches(class_name_)), None
-                )
+                ) or _importable(kind, class_name_)
                 if plugin is None:
                     type_value.errors.append(
                         f"Invalid value {class_name_} for configuration {type_key}: "

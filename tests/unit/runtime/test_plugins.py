@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from herder.config import ConfigDef, ConfigValue, Importance, Type
 from herder.connect import ConnectorType, SinkConnector, SinkTask, SourceConnector, SourceTask
+from herder.connect.transforms import Outcome, Record, Transformation
 from herder.errors import ConfigError, HerderError
 from herder.runtime.plugins import ENTRY_POINT_GROUP, PluginInfo, Plugins, class_name
 
@@ -201,3 +203,29 @@ def test_entry_points_are_discovered_and_broken_ones_skipped(
     skipped = " ".join(r.getMessage() for r in caplog.records)
     assert "gone" in skipped
     assert "not-one" in skipped
+
+
+class UnlistedTransform(Transformation):
+    """A transform installed under no entry point, found by its dotted name."""
+
+    @classmethod
+    def config_def(cls) -> ConfigDef:
+        return ConfigDef().define(
+            "factor", Type.INT, importance=Importance.HIGH, documentation="A number."
+        )
+
+    def apply(self, record: Record) -> Outcome:
+        return Outcome()
+
+
+def test_a_transform_outside_the_plugins_validates_by_its_dotted_name(plugins: Plugins) -> None:
+    config = {
+        "transforms": "t,u",
+        "transforms.t.type": f"{HERE}.UnlistedTransform",
+        "transforms.u.type": f"{HERE}.NoSuchTransform",
+    }
+    values = {"transforms": ConfigValue("transforms", ["t", "u"])}
+    plugins.enrich(ConfigDef(), config, values)
+    assert values["transforms.t.type"].errors == []
+    assert values["transforms.t.factor"].errors  # its own keys are checked
+    assert "could not be found" in values["transforms.u.type"].errors[0]

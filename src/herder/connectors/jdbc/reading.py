@@ -68,7 +68,7 @@ class _Reader(DataSourceReader):
         from herder.connectors.jdbc.postgres import conform
 
         assert isinstance(partition, Piece)
-        target = to_arrow_schema(self.spark_schema)
+        target = to_arrow_schema(self.spark_schema, timezone="UTC")
         sql = f"SELECT * FROM ({self.query}) AS q WHERE {partition.condition}"
         with dbapi.connect(self.dsn) as conn, conn.cursor() as cursor:
             cursor.execute("SET TIME ZONE 'UTC'")

@@ -1,0 +1,226 @@
+"""The database side of change data capture: checks, the publication, the slot.
+
+The slot is read through PostgreSQL's SQL interface to logical decoding rather than the
+streaming replication protocol: ``pg_logical_slot_peek_binary_changes`` decodes the
+slot's changes *without consuming them*, and ``pg_replication_slot_advance`` moves the
+slot on once the changes are committed to their topics. That split is exactly what an
+exactly-once source needs (a change leaves the slot only after its batch and offset
+committed, whatever crashes in between), it needs no driver beyond the ADBC one the JDBC
+connectors use (psycopg 3 has no replication protocol), and its cost, a round trip per
+poll, is small beside a batch's Spark job. The peek stops only at transaction ends, so
+a poll never splits a transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from herder.connectors.cdc.pgoutput import format_lsn, parse_lsn
+from herder.connectors.jdbc.postgres import Database, DatabaseError, TableId, first_line, literal
+
+if TYPE_CHECKING:
+    from adbc_driver_manager.dbapi import Connection
+
+log = logging.getLogger(__name__)
+
+ALL_TABLES = "all_tables"
+FILTERED = "filtered"
+DISABLED = "disabled"
+AUTOCREATE_MODES = (ALL_TABLES, FILTERED, DISABLED)
+
+
+class SetupError(DatabaseError):
+    """The database is not ready for change data capture; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class SlotState:
+    exists: bool
+    confirmed_flush: int = 0
+    #: bytes of WAL the slot holds back: the current position minus its confirmed one
+    lag_bytes: int = 0
+
+
+class Slot:
+    """One logical replication slot with ``pgoutput``, on a connection of its own."""
+
+    def __init__(self, database: Database, name: str, publication: str) -> None:
+        self.database = database
+        self.name = name
+        self.publication = publication
+        self.conn: Connection = database.connect(autocommit=True)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+    def rows(self, sql: str) -> list[tuple[object, ...]]:
+        try:
+            with self.conn.cursor() as cursor:
+                cursor.execute(sql)
+                return [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            raise DatabaseError(f"{self.database.where()}: {first_line(exc)}") from exc
+
+    def value(self, sql: str) -> object:
+        rows = self.rows(sql)
+        return rows[0][0] if rows else None
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def check_server(self) -> None:
+        """``wal_level=logical`` and a user allowed to replicate; SetupError saying how."""
+        level = self.value("SELECT current_setting('wal_level')")
+        if level != "logical":
+            raise SetupError(
+                f"wal_level is {level!r} on {self.database.where()}: change data capture needs"
+                " wal_level=logical (run ALTER SYSTEM SET wal_level = logical; then restart"
+                " PostgreSQL)"
+            )
+        user = self.database.user or str(self.value("SELECT current_user"))
+        allowed = self.value(
+            "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+        )
+        if not allowed:
+            raise SetupError(
+                f"user {user!r} lacks the REPLICATION privilege on {self.database.where()}"
+                f" (run ALTER ROLE {user} WITH REPLICATION;)"
+            )
+
+    # -- the publication -------------------------------------------------------------------
+
+    def ensure_publication(self, mode: str, tables: Sequence[TableId]) -> None:
+        """The publication exists (and, when ``filtered``, publishes ``tables``)."""
+        exists = bool(
+            self.value(
+                f"SELECT count(*) FROM pg_publication WHERE pubname = {literal(self.publication)}"
+            )
+        )
+        name = _ident(self.publication)
+        if mode == DISABLED:
+            if not exists:
+                raise SetupError(
+                    f"publication {self.publication!r} does not exist on"
+                    f" {self.database.where()} and publication.autocreate.mode=disabled"
+                    f" (run CREATE PUBLICATION {name} FOR TABLE …; or set"
+                    " publication.autocreate.mode=filtered)"
+                )
+            return
+        listed = ", ".join(t.sql for t in tables)
+        try:
+            if mode == ALL_TABLES and not exists:
+                self.rows(f"CREATE PUBLICATION {name} FOR ALL TABLES")
+            elif mode == FILTERED:
+                if not tables:
+                    raise SetupError(
+                        "publication.autocreate.mode=filtered: no table matches table.include.list"
+                    )
+                verb = "ALTER" if exists else "CREATE"
+                action = "SET TABLE" if exists else "FOR TABLE"
+                self.rows(f"{verb} PUBLICATION {name} {action} {listed}")
+        except SetupError:
+            raise
+        except DatabaseError as exc:
+            raise SetupError(
+                f"cannot create publication {self.publication!r}: {exc} (create it as a"
+                " superuser, or grant this user CREATE on the database and ownership of"
+                " the tables)"
+            ) from exc
+        log.info("publication %s on %s ready (%s)", self.publication, self.database.where(), mode)
+
+    def published(self) -> set[TableId]:
+        rows = self.rows(
+            "SELECT schemaname, tablename FROM pg_publication_tables"
+            f" WHERE pubname = {literal(self.publication)}"
+        )
+        return {TableId(str(s), str(t)) for s, t in rows}
+
+    # -- the slot --------------------------------------------------------------------------
+
+    def state(self) -> SlotState:
+        rows = self.rows(
+            "SELECT confirmed_flush_lsn::text,"
+            " pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, plugin"
+            f" FROM pg_replication_slots WHERE slot_name = {literal(self.name)}"
+            f" AND database = current_database()"
+        )
+        if not rows:
+            return SlotState(False)
+        flush, lag, plugin = rows[0]
+        if plugin != "pgoutput":
+            raise SetupError(
+                f"slot {self.name!r} uses plugin {plugin!r}, not pgoutput"
+                " (drop it, or name another slot in slot.name)"
+            )
+        return SlotState(True, parse_lsn(str(flush)), int(lag or 0))  # type: ignore[call-overload]
+
+    def create(self) -> int:
+        """A new slot; the position it starts decoding at."""
+        try:
+            lsn = self.value(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot"
+                f"({literal(self.name)}, 'pgoutput')"
+            )
+        except DatabaseError as exc:
+            raise SetupError(f"cannot create replication slot {self.name!r}: {exc}") from exc
+        log.info("replication slot %s created at %s", self.name, lsn)
+        return parse_lsn(str(lsn))
+
+    def drop(self) -> None:
+        self.rows(f"SELECT 1 FROM pg_drop_replication_slot({literal(self.name)})")
+        log.info("replication slot %s dropped", self.name)
+
+    def advance(self, lsn: int) -> None:
+        """Confirm everything up to ``lsn``: the server may recycle that WAL."""
+        self.rows(
+            f"SELECT end_lsn::text FROM pg_replication_slot_advance({literal(self.name)},"
+            f" {literal(format_lsn(lsn))}::pg_lsn)"
+        )
+
+    def flushed_lsn(self) -> int:
+        """Where the WAL is written to disk: what decoding can reach now. (Transactions
+        of the insert position beyond it, committed asynchronously, are not yet
+        decodable: a position past them would skip them.)"""
+        return parse_lsn(str(self.value("SELECT pg_current_wal_flush_lsn()::text")))
+
+    def insert_lsn(self) -> int:
+        """Where the next WAL record goes: a record boundary, so every transaction commits
+        wholly before or wholly after it (unlike the flush position, which can fall in
+        the middle of a record)."""
+        return parse_lsn(str(self.value("SELECT pg_current_wal_insert_lsn()::text")))
+
+    def peek(self, upto_lsn: int, max_changes: int) -> Iterator[tuple[int, bytes]]:
+        """The slot's messages of transactions that commit before ``upto_lsn``, whole
+        transactions until more than ``max_changes`` messages: (position, message)."""
+        sql = (
+            "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes("
+            f"{literal(self.name)}, {literal(format_lsn(upto_lsn))}::pg_lsn, {int(max_changes)},"
+            f" 'proto_version', '1', 'publication_names', {literal(self.publication)})"
+        )
+        try:
+            with self.conn.cursor() as cursor:
+                cursor.execute(sql)
+                table = cursor.fetch_arrow_table()
+        except Exception as exc:
+            text = first_line(exc)
+            if "does not exist" in text and "publication" in text:
+                raise SetupError(
+                    f"publication {self.publication!r} was dropped from"
+                    f" {self.database.where()}: {text}"
+                ) from exc
+            raise DatabaseError(f"slot {self.name!r} on {self.database.where()}: {text}") from exc
+        for lsn, data in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
+            yield parse_lsn(lsn), data
+
+
+def _ident(name: str) -> str:
+    if re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+        return name
+    return '"' + name.replace('"', '""') + '"'
