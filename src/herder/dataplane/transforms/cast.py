@@ -30,6 +30,7 @@ from herder.dataplane.transforms.builtin import (
     to_variant,
 )
 from herder.dataplane.transforms.fields import PartTransform, with_replace_null
+from herder.dataplane.transforms.millis import DAY_MS, epoch_ntz, format_millis
 from herder.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -146,21 +147,6 @@ PRECISIONS: Final = {
     "microseconds": -1000,
     "nanoseconds": -1_000_000,
 }
-_DAY_MS: Final = 86_400_000
-
-
-def epoch_ntz() -> Column:
-    """1970-01-01T00:00 as a timestamp without time zone: arithmetic from it is UTC."""
-    from pyspark.sql import functions as F
-
-    return F.lit("1970-01-01 00:00:00").cast("timestamp_ntz")
-
-
-def format_millis(millis: Column, pattern: str) -> Column:
-    """Epoch milliseconds formatted with ``pattern``, in UTC."""
-    from pyspark.sql import functions as F
-
-    return F.date_format(F.timestamp_add("MILLISECOND", millis, epoch_ntz()), pattern)
 
 
 class TimestampConverter(PartTransform):
@@ -230,9 +216,9 @@ class TimestampConverter(PartTransform):
             unix = F.floor(millis / scale).cast("bigint") if scale > 0 else millis * -scale
             return to_variant(unix)
         if self.target == "Date":
-            return to_variant(millis - F.pmod(millis, F.lit(_DAY_MS)))
+            return to_variant(millis - F.pmod(millis, F.lit(DAY_MS)))
         if self.target == "Time":
-            return to_variant(F.pmod(millis, F.lit(_DAY_MS)))
+            return to_variant(F.pmod(millis, F.lit(DAY_MS)))
         return to_variant(millis)
 
     def apply(self, record: Record) -> Outcome:

@@ -15,7 +15,7 @@ from herder.config import ConfigDef, Importance, Type
 from herder.config.parsing import invalid_value
 from herder.connect.transforms import Outcome, Record
 from herder.dataplane.transforms.builtin import CONNECT_TRANSFORMS, BuiltInTransformation
-from herder.dataplane.transforms.cast import format_millis
+from herder.dataplane.transforms.millis import format_millis
 
 
 def regex(name: str, value: Any, /) -> None:

@@ -13,25 +13,71 @@ tombstone) stays null.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from herder.connect.transforms import KEY, VALUE, Outcome, Record
+from herder.dataplane.transforms.millis import DAY_MS, epoch_ntz, format_millis
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
     from pyspark.sql.types import DataType, StructType
 
-    from herder.dataplane.transforms.cast import Cast, TimestampConverter
-    from herder.dataplane.transforms.fields import (
-        ExtractField,
-        HoistField,
-        InsertField,
-        MaskField,
-        ReplaceField,
-        ValueToKey,
-    )
 
-_DAY_MS = 86_400_000
+# What each typed transform reads of its transform's settings (the transforms
+# themselves, in :mod:`.fields` and :mod:`.cast`, call in here)
+
+
+class _OnPart(Protocol):
+    @property
+    def part(self) -> str: ...
+
+
+class _InsertsFields(_OnPart, Protocol):
+    @property
+    def fields(self) -> Mapping[str, str]: ...
+    @property
+    def static_value(self) -> str | None: ...
+
+
+class _ReplacesFields(_OnPart, Protocol):
+    @property
+    def include(self) -> Sequence[str]: ...
+    @property
+    def exclude(self) -> Sequence[str]: ...
+    @property
+    def renames(self) -> Mapping[str, str]: ...
+
+
+class _MasksFields(_OnPart, Protocol):
+    @property
+    def fields(self) -> Sequence[str]: ...
+    @property
+    def replacement(self) -> str | None: ...
+
+
+class _NamesAField(_OnPart, Protocol):
+    @property
+    def field(self) -> str: ...
+
+
+class _CopiesFields(Protocol):
+    @property
+    def fields(self) -> Sequence[str]: ...
+
+
+class _Casts(_OnPart, Protocol):
+    @property
+    def casts(self) -> Mapping[str, str]: ...
+
+
+class _ConvertsTimestamps(_NamesAField, Protocol):
+    @property
+    def target(self) -> str: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def scale(self) -> int: ...
 
 
 def _fails(current: Column, message: str) -> Outcome:
@@ -66,7 +112,7 @@ def _with_field(dtype: StructType, name: str, field_type: DataType) -> StructTyp
     return T.StructType(fields)
 
 
-def insert_field(transform: InsertField, record: Record) -> Outcome:
+def insert_field(transform: _InsertsFields, record: Record) -> Outcome:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -94,7 +140,7 @@ def insert_field(transform: InsertField, record: Record) -> Outcome:
     return Outcome({part: updated}, types={part: new_type})
 
 
-def replace_field(transform: ReplaceField, record: Record) -> Outcome:
+def replace_field(transform: _ReplacesFields, record: Record) -> Outcome:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -118,7 +164,7 @@ def replace_field(transform: ReplaceField, record: Record) -> Outcome:
     return Outcome({part: updated}, types={part: new_type})
 
 
-def mask_field(transform: MaskField, record: Record) -> Outcome:
+def mask_field(transform: _MasksFields, record: Record) -> Outcome:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -191,7 +237,7 @@ def _is_number(text: str, dtype: DataType) -> bool:
     return True
 
 
-def extract_field(transform: ExtractField, record: Record) -> Outcome:
+def extract_field(transform: _NamesAField, record: Record) -> Outcome:
     from pyspark.sql import types as T
 
     part = transform.part
@@ -205,7 +251,7 @@ def extract_field(transform: ExtractField, record: Record) -> Outcome:
     return Outcome({part: current[transform.field]}, types={part: field_type})
 
 
-def hoist_field(transform: HoistField, record: Record) -> Outcome:
+def hoist_field(transform: _NamesAField, record: Record) -> Outcome:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -216,7 +262,7 @@ def hoist_field(transform: HoistField, record: Record) -> Outcome:
     return Outcome({part: F.struct(current.alias(transform.field))}, types={part: new_type})
 
 
-def value_to_key(transform: ValueToKey, record: Record) -> Outcome:
+def value_to_key(transform: _CopiesFields, record: Record) -> Outcome:
     """The key becomes a struct of the value's fields. A tombstone keeps its key if it
     has the new key's type (and has none otherwise: a column has one type)."""
     from pyspark.sql import functions as F
@@ -251,7 +297,7 @@ def _cast_type(kind: str) -> DataType:
     }[kind]
 
 
-def cast(transform: Cast, record: Record, whole: str) -> Outcome:
+def cast(transform: _Casts, record: Record, whole: str) -> Outcome:
     """Cast$Key / Cast$Value: ``whole`` is the spec's key for a cast of the whole part."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -301,7 +347,7 @@ def _try_cast(value: Column, target: DataType, what: str, kind: str) -> tuple[Co
     return converted, failure
 
 
-def convert_timestamp(transform: TimestampConverter, record: Record) -> Outcome:
+def convert_timestamp(transform: _ConvertsTimestamps, record: Record) -> Outcome:
     """TimestampConverter on a typed part: ``Timestamp`` is Spark's timestamp, ``Date``
     its date, ``Time`` milliseconds since midnight (an int, Connect's Time), ``unix``
     a long, ``string`` text in ``format``."""
@@ -333,21 +379,19 @@ def convert_timestamp(transform: TimestampConverter, record: Record) -> Outcome:
 
 
 def _millis(
-    transform: TimestampConverter, value: Column, dtype: DataType
+    transform: _ConvertsTimestamps, value: Column, dtype: DataType
 ) -> tuple[Column | None, Column | None]:
     """(epoch milliseconds of ``value``, failure message), or (None, None) for a type
     that holds no timestamp."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from herder.dataplane.transforms.cast import epoch_ntz
-
     if isinstance(dtype, T.TimestampType):
         return F.unix_millis(value), None
     if isinstance(dtype, T.TimestampNTZType):
         return F.timestamp_diff("MILLISECOND", epoch_ntz(), value), None
     if isinstance(dtype, T.DateType):
-        return F.unix_date(value).cast("long") * _DAY_MS, None
+        return F.unix_date(value).cast("long") * DAY_MS, None
     if isinstance(dtype, T.IntegralType):
         scale = transform.scale
         number = value.cast("long")
@@ -367,11 +411,9 @@ def _millis(
     return None, None
 
 
-def _from_millis(transform: TimestampConverter, millis: Column) -> tuple[Column, DataType]:
+def _from_millis(transform: _ConvertsTimestamps, millis: Column) -> tuple[Column, DataType]:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
-
-    from herder.dataplane.transforms.cast import format_millis
 
     target = transform.target
     if target == "string":
@@ -381,7 +423,7 @@ def _from_millis(transform: TimestampConverter, millis: Column) -> tuple[Column,
         unix = F.floor(millis / scale).cast("long") if scale > 0 else millis * -scale
         return unix, T.LongType()
     if target == "Date":
-        return F.date_from_unix_date(F.floor(millis / _DAY_MS).cast("int")), T.DateType()
+        return F.date_from_unix_date(F.floor(millis / DAY_MS).cast("int")), T.DateType()
     if target == "Time":
-        return F.pmod(millis, F.lit(_DAY_MS)).cast("int"), T.IntegerType()
+        return F.pmod(millis, F.lit(DAY_MS)).cast("int"), T.IntegerType()
     return F.timestamp_millis(millis), T.TimestampType()
