@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from herder.connect.transforms import KEY, VALUE, Outcome, Record
+from herder.dataplane.schemas import spark_type
 from herder.dataplane.transforms.millis import DAY_MS, epoch_ntz, format_millis
 
 if TYPE_CHECKING:
@@ -281,22 +282,6 @@ def value_to_key(transform: _CopiesFields, record: Record) -> Outcome:
     return Outcome({KEY: F.when(value.isNull(), old).otherwise(key)}, types={KEY: new_type})
 
 
-def _cast_type(kind: str) -> DataType:
-    """The Spark type of one of Connect's Cast types."""
-    from pyspark.sql import types as T
-
-    return {
-        "int8": T.ByteType(),
-        "int16": T.ShortType(),
-        "int32": T.IntegerType(),
-        "int64": T.LongType(),
-        "float32": T.FloatType(),
-        "float64": T.DoubleType(),
-        "boolean": T.BooleanType(),
-        "string": T.StringType(),
-    }[kind]
-
-
 def cast(transform: _Casts, record: Record, whole: str) -> Outcome:
     """Cast$Key / Cast$Value: ``whole`` is the spec's key for a cast of the whole part."""
     from pyspark.sql import functions as F
@@ -310,7 +295,7 @@ def cast(transform: _Casts, record: Record, whole: str) -> Outcome:
         target = transform.casts[whole]
         if isinstance(dtype, nested):
             return _fails(current, f"Cannot cast a whole {part} of type {dtype.simpleString()}")
-        new_type = _cast_type(target)
+        new_type = spark_type({"type": target})
         converted, failure = _try_cast(current, new_type, f"the {part}", target)
         return Outcome({part: converted}, failure, types={part: new_type})
     struct = _struct(dtype)
@@ -326,7 +311,7 @@ def cast(transform: _Casts, record: Record, whole: str) -> Outcome:
                 current,
                 f"Cast transformation does not support casting to/from {field_type.simpleString()}",
             )
-        target_type = _cast_type(target)
+        target_type = spark_type({"type": target})
         converted, failed = _try_cast(current[name], target_type, f"field {name!r}", target)
         failures.append(failed)
         updated = updated.withField(name, converted)
