@@ -136,10 +136,16 @@ def _importable(kind: str, name: str) -> TransformPlugin | None:
 class Plugins:
     """The connector classes a worker knows, and how names in configs resolve to them."""
 
-    def __init__(self, connectors: Iterable[type[Connector]] = ()) -> None:
+    def __init__(
+        self,
+        connectors: Iterable[type[Connector]] = (),
+        aliases: Mapping[str, type[Connector]] | None = None,
+    ) -> None:
         self._by_name: dict[str, type[Connector]] = {}
         for klass in connectors:
             self._by_name[class_name(klass)] = _as_connector(klass, class_name(klass))
+        #: other full class names a connector answers to (Debezium's, say), besides its own
+        self._aliases: dict[str, type[Connector]] = dict(aliases or {})
 
     @classmethod
     def discover(cls, extra: Iterable[type[Connector]] = ()) -> Plugins:
@@ -150,9 +156,15 @@ class Plugins:
         from running every other connector.
         """
         found: list[type[Connector]] = list(extra)
+        aliases: dict[str, type[Connector]] = {}
         for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             try:
-                found.append(_as_connector(entry_point.load(), entry_point.value))
+                klass = _as_connector(entry_point.load(), entry_point.value)
+                found.append(klass)
+                # an entry point named with a dotted name is a full class name of its own:
+                # configs written for another implementation (Debezium's) work unchanged
+                if "." in entry_point.name and entry_point.name != class_name(klass):
+                    aliases[entry_point.name] = klass
             except Exception as exc:
                 log.warning(
                     "Skipping connector plugin %s = %s: %s",
@@ -160,7 +172,7 @@ class Plugins:
                     entry_point.value,
                     exc,
                 )
-        return cls(found)
+        return cls(found, aliases)
 
     def connector_class(self, name: str) -> type[Connector]:
         """The connector class ``name`` refers to: a full name, an alias or a dotted path.
@@ -168,7 +180,7 @@ class Plugins:
         Raises ConfigError when nothing matches, or when an alias matches more than one
         plugin (the message lists them, so the user can pick a full name).
         """
-        known = self._by_name.get(name)
+        known = self._by_name.get(name) or self._aliases.get(name)
         if known is not None:
             return known
         matches = [

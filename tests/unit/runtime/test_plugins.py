@@ -205,6 +205,29 @@ def test_entry_points_are_discovered_and_broken_ones_skipped(
     assert "not-one" in skipped
 
 
+def test_an_entry_point_named_by_another_full_class_name_answers_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # as Debezium's io.debezium.connector.postgresql.PostgresConnector names herder's
+    # PostgresCdcSource: configs written for the other implementation work unchanged
+    installed = [
+        importlib.metadata.EntryPoint(name=name, value=f"{HERE}:EntryPointSinkConnector",
+                                      group=ENTRY_POINT_GROUP)
+        for name in ("EntryPointSink", "org.example.sink.EchoSinkConnector")
+    ]  # fmt: skip
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        lambda *, group: installed if group == ENTRY_POINT_GROUP else [],
+    )
+    plugins = Plugins.discover()
+    assert plugins.connector_class("org.example.sink.EchoSinkConnector") is EntryPointSinkConnector
+    # listed once, under its own name
+    assert [p.class_name for p in plugins.connector_plugins()] == [
+        f"{HERE}.EntryPointSinkConnector"
+    ]
+
+
 class UnlistedTransform(Transformation):
     """A transform installed under no entry point, found by its dotted name."""
 
