@@ -22,7 +22,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,88 @@ CONNECTORS = ("eo-in", "eo-out", "dir-in", "dir-out")
 ROWS_PER_FILE = 20
 #: how long a server whose disk was full may take to serve again once it has room
 DISK_RECOVERY_S = 30.0
+
+
+# -- starting herder on hosts (shared with the other tests that run on hosts) ---------------
+
+
+def ensemble_properties(sid: int, data: Path, servers: Mapping[int, Host]) -> dict[str, object]:
+    """Server ``sid``'s config in the ensemble of ``servers``, each on its host's address
+    (one server alone runs standalone)."""
+    lines = {
+        f"server.{s}": f"{host.address}:{QUORUM_PORT}:{ELECTION_PORT};{host.address}:{CLIENT_PORT}"
+        for s, host in servers.items()
+    }
+    return {
+        "server.id": sid,
+        "dataDir": str(data),
+        "clientPort": CLIENT_PORT,
+        "clientPortAddress": servers[sid].address,
+        "tickTime": 200,
+        "initLimit": 25,
+        "syncLimit": 10,
+        "maxSessionTimeout": 60_000,
+        "group.min.session.timeout.ms": 1000,
+        **lines,
+    }
+
+
+def worker_properties(host: Host, bootstrap: str, storage: Path) -> dict[str, object]:
+    """A worker's config on ``host`` (its REST API on the host's address), without its
+    ``spark.*`` settings."""
+    return {
+        "group.id": "nemesis",
+        "bootstrap.servers": bootstrap,
+        "rest.host.name": host.address,
+        "rest.port": REST_PORT,
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 1000,
+        "rebalance.timeout.ms": 30_000,
+        "worker.unsync.backoff.ms": 1000,
+        "scheduled.rebalance.max.delay.ms": 0,
+        "task.shutdown.graceful.timeout.ms": 3000,
+        "storage.root": str(storage),
+    }
+
+
+def write_properties(path: Path, props: Mapping[str, object]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+def herder_start(kind: str, config: Path) -> list[str]:
+    """``herder <kind> start`` (``ensemble`` or ``worker``) from ``config``."""
+    return [*HERDER, "--log-level", "INFO", kind, "start", "--config", str(config)]
+
+
+def start_in(
+    processes: Processes,
+    host: Host,
+    args: list[str],
+    *,
+    name: str,
+    env: Mapping[str, str] | None = None,
+    ready: Callable[[], object] | None = None,
+    timeout: float = 60.0,
+) -> Proc:
+    """``args`` started inside ``host``, importing herder and the tests from this checkout."""
+    repo = Path(__file__).resolve().parents[2]
+    return processes.start(
+        host.command(args),
+        name=name,
+        env={"PYTHONPATH": f"{repo / 'src'}:{repo}", **(env or {})},
+        ready=ready,
+        timeout=timeout,
+    )
+
+
+def rest_url(host: Host) -> str:
+    return f"http://{host.address}:{REST_PORT}"
+
+
+def rest_ready(http: httpx.Client, host: Host) -> bool:
+    """Whether the worker on ``host`` answers REST requests (it has joined its group)."""
+    return http.get(f"{rest_url(host)}/connectors", timeout=3).status_code == 200
 
 
 @dataclass
@@ -157,32 +239,18 @@ class Soak:
             self.hosts[f"w{wid}"] = self.network.add_host(f"w{wid}")
         self.hosts["load"] = self.network.add_host("ld")
         self.disk = SmallDisk(self.workdir / "server3", size_mb=256)
-        lines = {
-            f"server.{s}": f"{self.server_host(s).address}:{QUORUM_PORT}:{ELECTION_PORT};"
-            f"{self.server_host(s).address}:{CLIENT_PORT}"
-            for s in SERVERS
-        }
+        servers = {sid: self.server_host(sid) for sid in SERVERS}
         for sid in SERVERS:
             data = self.workdir / f"server{sid}"
             data.mkdir(exist_ok=True)
             config = {
-                "server.id": sid,
-                "dataDir": str(data),
-                "clientPort": CLIENT_PORT,
-                "clientPortAddress": self.server_host(sid).address,
-                "tickTime": 200,
-                "initLimit": 25,
-                "syncLimit": 10,
+                **ensemble_properties(sid, data, servers),
                 # small log preallocations and frequent snapshots: the disk is written
                 # to all the time, so a full one is noticed within seconds
                 "preAllocSize": 16,
                 "snapCount": 1000,
-                "maxSessionTimeout": 60_000,
-                "group.min.session.timeout.ms": 1000,
-                **lines,
             }
-            path = self.workdir / f"server{sid}.properties"
-            path.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+            write_properties(self.workdir / f"server{sid}.properties", config)
             self._launch(f"s{sid}")
         wait_until(self.leader, timeout=120, interval=0.5, what="an ensemble leader")
         for wid in WORKERS:
@@ -200,32 +268,19 @@ class Soak:
 
     def _write_worker_config(self, wid: int) -> None:
         props = {
-            "group.id": "nemesis",
-            "bootstrap.servers": self.bootstrap,
-            "rest.host.name": self.worker_host(wid).address,
-            "rest.port": REST_PORT,
-            "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 1000,
-            "rebalance.timeout.ms": 30_000,
-            "worker.unsync.backoff.ms": 1000,
-            "scheduled.rebalance.max.delay.ms": 0,
-            "task.shutdown.graceful.timeout.ms": 3000,
-            "storage.root": str(self.workdir / "topics"),
+            **worker_properties(self.worker_host(wid), self.bootstrap, self.workdir / "topics"),
             "spark.master": "local[1]",
             "spark.driver.memory": "512m",
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "1",
         }
-        path = self.workdir / f"worker{wid}.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        write_properties(self.workdir / f"worker{wid}.properties", props)
 
     def _command(self, role: str) -> list[str]:
         if role.startswith("s"):
-            config = self.workdir / f"server{role[1:]}.properties"
-            return [*HERDER, "--log-level", "INFO", "ensemble", "start", "--config", str(config)]
+            return herder_start("ensemble", self.workdir / f"server{role[1:]}.properties")
         if role.startswith("w"):
-            config = self.workdir / f"worker{role[1:]}.properties"
-            return [*HERDER, "--log-level", "INFO", "worker", "start", "--config", str(config)]
+            return herder_start("worker", self.workdir / f"worker{role[1:]}.properties")
         return [
             HERDER[0],
             "-m",
@@ -241,20 +296,20 @@ class Soak:
         ]
 
     def _launch(self, role: str) -> None:
-        host = self.hosts[role]
-        repo = Path(__file__).resolve().parents[2]
-        env = {"PYTHONPATH": f"{repo / 'src'}:{repo}", "SPARK_LOCAL_IP": "127.0.0.1"}
-        self.procs[role] = self.processes.start(
-            host.command(self._command(role)), name=role, env=env
+        self.procs[role] = start_in(
+            self.processes,
+            self.hosts[role],
+            self._command(role),
+            name=role,
+            env={"SPARK_LOCAL_IP": "127.0.0.1"},
         )
         self.down.discard(role)
 
     def _worker_ready(self, wid: int) -> bool:
-        reply = self.http.get(f"{self._rest(wid)}/connectors", timeout=3)
-        return reply.status_code == 200
+        return rest_ready(self.http, self.worker_host(wid))
 
     def _rest(self, wid: int) -> str:
-        return f"http://{self.worker_host(wid).address}:{REST_PORT}"
+        return rest_url(self.worker_host(wid))
 
     def leader(self) -> int | None:
         """The server every live server agrees leads, or None."""
