@@ -124,14 +124,14 @@ async def test_a_read_of_byte_segments_and_typed_ones_gives_bytes_and_envelopes(
 ) -> None:
     source = rows(spark, range(3))
     async with connected(ensemble, storage, spark) as topics:
-        await topics.create("mixed", 1)
-        writer = SegmentWriter(topics, spark, "mixed-0", 1)
-        old = [SourceRecord({}, {}, "mixed", b'{"plain": true}', partition=0)]
+        await topics.create("bytes-then-typed", 1)
+        writer = SegmentWriter(topics, spark, "bytes-then-typed-0", 1)
+        old = [SourceRecord({}, {}, "bytes-then-typed", b'{"plain": true}', partition=0)]
         await topics.commit(await writer.stage(old))
-        only_bytes = await topics.read("mixed")
+        only_bytes = await topics.read("bytes-then-typed")
         assert isinstance(only_bytes.schema["value"].dataType, T.BinaryType)
-        await topics.commit(await writer.stage(typed(source).drop("key"), "mixed"))
-        read = await topics.read("mixed", ordered=True)
+        await topics.commit(await writer.stage(typed(source).drop("key"), "bytes-then-typed"))
+        read = await topics.read("bytes-then-typed", ordered=True)
         assert isinstance(read.schema["value"].dataType, T.BinaryType)
         values = read.select("offset", "value").collect()
         assert values[0]["value"] == b'{"plain": true}'
