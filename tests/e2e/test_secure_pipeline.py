@@ -37,7 +37,7 @@ from tests.fixtures.pki import Pki
 from tests.harness import HERDER, Processes, free_port, wait_until
 from tests.integration.conftest import Ensemble, ServerHandle
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ENSEMBLE_USERS = "worker: worker-secret, write\noperator: operator-secret, read\n"
 REST_USERS = "admin: admin-secret, admin\nviewer: viewer-secret, read\n"
