@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SEEDS ?= 2000
 
-.PHONY: quickstart test lint sim soak bench clean postgresql
+.PHONY: quickstart test lint sim soak bench clean postgresql nftables
 
 # root installs packages itself; anyone else through sudo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -25,7 +25,13 @@ postgresql:
 		{ $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 		  $(SUDO) apt-get install -y -q --no-install-recommends postgresql; }
 
-test: $(STAMP) postgresql
+# the nemesis soak cuts and thins links between network namespaces with nftables
+nftables:
+	@command -v nft >/dev/null || [ "$$(id -u)" != 0 ] || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+		  apt-get install -y -q --no-install-recommends nftables; }
+
+test: $(STAMP) postgresql nftables
 	.ci/chromium
 	$(BIN)/python -m pytest -m "not slow" -q
 
@@ -38,7 +44,7 @@ lint: $(STAMP)
 sim: $(STAMP)
 	HERDER_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim -q
 
-soak: $(STAMP) postgresql
+soak: $(STAMP) postgresql nftables
 	$(BIN)/python -m pytest -m slow -q
 
 clean:
