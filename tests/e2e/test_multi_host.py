@@ -131,7 +131,11 @@ def test_pipelines_run_across_hosts(network: Network, processes: Processes, tmp_
                 what=f"the worker at {host.address} to answer",
             )
         cluster = OnHosts(http, workers, ensemble)
-        both_directions(cluster, tmp_path)  # type: ignore[arg-type]  # what it asks of a Cluster
+
+        def logs() -> str:
+            return "".join(p.output() for p in processes.started if p.name.startswith("worker"))
+
+        both_directions(cluster, tmp_path, logs)  # type: ignore[arg-type]  # what it asks of a Cluster
 
         # the tasks ran on both workers, each known by its own address
         addresses = {f"{host.address}:{REST_PORT}" for host in workers}
