@@ -300,7 +300,6 @@ def kill9_exactly_once(cluster: Cluster, tmp_path: Path, spark: dict[str, str]) 
     finish(cluster, output, total)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_kill9_exactly_once_on_a_standalone_cluster(
     standalone: StandaloneCluster, cluster: Cluster, tmp_path: Path
@@ -308,7 +307,6 @@ def test_kill9_exactly_once_on_a_standalone_cluster(
     kill9_exactly_once(cluster, tmp_path, on_standalone(standalone))
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_kill9_exactly_once_on_spark_connect(
     connect_server: ConnectServer, cluster: Cluster, tmp_path: Path
