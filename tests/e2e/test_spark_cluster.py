@@ -4,8 +4,8 @@ The worker's jobs run on a standalone cluster (a Master and two Workers of one c
 started from the scripts inside the pyspark wheel), or in the session of a Spark Connect
 server; everything else is as in the other end-to-end tests: real ensemble and worker
 processes on 127.0.0.1, real files. Each kind gets file → topic → directory (a backlog
-read by byte ranges on the executors) and directory → topic → file, and, under
-``make soak``, the exactly-once kill -9 test.
+read by byte ranges on the executors), directory → topic → file, and the exactly-once
+kill -9 test; over Spark Connect, a table read by key ranges and a CDC snapshot too.
 """
 
 from __future__ import annotations
