@@ -217,15 +217,17 @@ async def _refuse(sock: socket.socket, message: bytes) -> None:
     """Say why in plaintext, then close without resetting the connection, so the client
     reads the reason rather than a reset."""
     loop = asyncio.get_running_loop()
+    # the client may be gone, or never read: either way the connection just closes
     try:
-        with contextlib.suppress(BlockingIOError):
-            sock.recv(1 << 16)  # what the client sent first: unread data would reset
-        await loop.sock_sendall(sock, message)
-        sock.shutdown(socket.SHUT_WR)
-        async with asyncio.timeout(_LINGER_S):
-            while await loop.sock_recv(sock, 1 << 16):
-                pass
-    except (OSError, TimeoutError):
-        pass
+        with contextlib.suppress(OSError, TimeoutError):
+            with contextlib.suppress(BlockingIOError):
+                sock.recv(1 << 16)  # what the client sent first: unread data would reset
+            await loop.sock_sendall(sock, message)
+            sock.shutdown(socket.SHUT_WR)
+            async with asyncio.timeout(_LINGER_S):
+                # until the client closes its side, reading (and dropping) what it sends
+                received = await loop.sock_recv(sock, 1 << 16)
+                while received:
+                    received = await loop.sock_recv(sock, 1 << 16)
     finally:
         sock.close()
