@@ -77,7 +77,7 @@ def test_statuses_round_trip(status: Status) -> None:
 
 def test_a_tasks_lag_is_in_its_record_only_when_it_has_one() -> None:
     task = T("cdc", 0)
-    key, value = status_record(
+    _, value = status_record(
         TaskStatus(task, State.PAUSED, "w1", 2, lag={"bytes": 4096, "seconds": 1.5})
     )
     assert value is not None
