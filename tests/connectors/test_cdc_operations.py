@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from herder.connectors.cdc import PostgresCdcSourceTask
+from herder.connectors.cdc import PostgresCdcSourceConnector, PostgresCdcSourceTask
 from herder.dataplane import SparkRuntime
 from tests.connectors.cdc import (
     Event,
@@ -124,6 +124,18 @@ def test_initial_only_reads_the_rows_and_streams_nothing_with_no_slot(
     expected = {i: i for i in range(1, 2501) if i != 1500} | {3000: 3000, 2000: -1}
     assert rows == expected  # 10 was read before its change, 2000 after it
     assert not slot_exists(logical_postgres, logical_database)
+
+
+def test_initial_only_needs_no_logical_wal_level(postgres: PostgresServer, database: str) -> None:
+    # no slot, no publication: a server with wal_level=replica serves a one-off copy
+    postgres.execute("CREATE TABLE t (id integer PRIMARY KEY)", dbname(database))
+    config = cdc_config(postgres, database, snapshot_mode="initial_only")
+    assert not any(v.errors for v in PostgresCdcSourceConnector().validate(config).values())
+    task = cdc_task(config, Offsets())
+    try:
+        assert task.snapshot is not None and task.snapshot.tables == ("t",)
+    finally:
+        task.stop()
 
 
 @pytest.mark.parametrize("mode", ["no_data", "never"])

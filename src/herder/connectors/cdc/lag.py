@@ -62,11 +62,13 @@ class SlotLag:
         return {"bytes": lag_bytes, "seconds": seconds}
 
     def _oldest_commit_micros(self) -> int | None:
-        """The commit time of the first transaction the slot holds (None if none)."""
+        """The commit time of the first transaction the slot holds (None if none): its
+        Begin message, the first the peek gives (the server still decodes that whole
+        transaction, but only the one row comes back)."""
         rows = self._rows(
             "SELECT data FROM pg_logical_slot_peek_binary_changes("
             f"{literal(self.slot)}, NULL, 1, 'proto_version', '1',"
-            f" 'publication_names', {literal(self.publication)})"
+            f" 'publication_names', {literal(self.publication)}) LIMIT 1"
         )
         for (data,) in rows:
             message = decode(data)  # type: ignore[arg-type]

@@ -172,7 +172,8 @@ class PostgresCdcSourceConnector(SourceConnector):
             _Settings(settings)
             slot = Slot(_database(settings), settings[SLOT], settings[PUBLICATION])
             try:
-                slot.check_server()
+                if settings[SNAPSHOT_MODE] != INITIAL_ONLY:
+                    slot.check_server()
             finally:
                 slot.close()
         except SetupError as exc:
@@ -268,7 +269,9 @@ class PostgresCdcSourceTask(SourceTask):
 
     def _prepare(self, settings: Mapping[str, Any]) -> None:
         """Checks, the publication, the slot, and where to start reading."""
-        self.slot.check_server()
+        if self.mode != INITIAL_ONLY:
+            # initial_only reads tables and nothing else: any wal_level, no REPLICATION
+            self.slot.check_server()
         tables = self._tables()
         offset = self.context.offset_reader.offset(self.partition)
         self.snapshot: SnapshotProgress | None = None
