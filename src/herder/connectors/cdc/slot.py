@@ -75,8 +75,10 @@ class Slot:
         """Run ``sql`` and ``fetch`` its result; once more on a new connection if the
         server dropped this one (a restart, ``pg_terminate_backend``, a network blip).
 
-        Everything run here can be repeated: reads, peeks (which leave the slot as it
-        was) and advances (to a position, not by an amount)."""
+        What a running task asks can be repeated safely: reads, peeks (which leave the
+        slot as it was) and advances (to a position, not by an amount). A setup statement
+        that took effect before the connection went fails when repeated, saying what
+        exists already."""
         try:
             with self.conn.cursor() as cursor:
                 cursor.execute(sql)

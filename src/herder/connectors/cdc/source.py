@@ -310,7 +310,7 @@ class PostgresCdcSourceTask(SourceTask):
         state = self.slot.state()
         if offset is None:
             self.position = state.confirmed_flush if state.exists else self.slot.create()
-            if self.mode in (INITIAL, INITIAL_ONLY) and tables:
+            if self.mode == INITIAL and tables:
                 self.snapshot = SnapshotProgress(tuple(str(t) for t in tables))
         else:
             if not state.exists:
