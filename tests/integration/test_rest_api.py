@@ -273,6 +273,42 @@ def test_stop_empties_task_configs_and_resume_restores_them(logs_on_failure: Res
     assert_error(send("PUT", f"{b}/connectors/nope/pause"), 404)
 
 
+def test_a_source_tasks_lag_shows_in_its_status_running_and_paused(
+    logs_on_failure: RestCluster,
+) -> None:
+    c = logs_on_failure
+    a, b = c.urls()
+    create(a, "laggy", c.config(**{"report.lag": "true"}))
+    seen: list[int] = []
+
+    def lag_moves(url: str, state: str) -> bool:
+        task = status(url, "laggy")["tasks"][0]
+        if task["state"] == state and "lag" in task:
+            seen.append(task["lag"]["polls"])
+        return len(set(seen)) >= 2
+
+    wait_until(lambda: lag_moves(b, "RUNNING"), 60, what="laggy's lag measured twice")
+    assert send("PUT", f"{a}/connectors/laggy/pause").status_code == 202
+    seen.clear()
+
+    def paused_with_lag() -> bool:
+        task = status(a, "laggy")["tasks"][0]
+        return task["state"] == "PAUSED" and "lag" in task
+
+    wait_until(paused_with_lag, 60, what="laggy PAUSED, its lag still reported")
+    # a herder extension of Connect's TaskState: one more key, optional
+    assert_conforms("connector_state_info", status(a, "laggy"))
+    assert_conforms("task_state", get(f"{b}/connectors/laggy/tasks/0/status").json())
+    assert send("PUT", f"{b}/connectors/laggy/resume").status_code == 202
+    wait_until(lambda: lag_moves(a, "RUNNING"), 60, what="laggy's lag moving again")
+    assert send("DELETE", f"{a}/connectors/laggy").status_code == 204
+    # a task that reports no lag has none in its status
+    create(a, "quiet", c.config())
+    wait_until(lambda: states(b, "quiet") == ("RUNNING", ["RUNNING"]), 30)
+    assert "lag" not in status(b, "quiet")["tasks"][0]
+    assert send("DELETE", f"{a}/connectors/quiet").status_code == 204
+
+
 def test_restarts_are_carried_out_by_the_owning_workers(logs_on_failure: RestCluster) -> None:
     c = logs_on_failure
     a, b = c.urls()

@@ -382,14 +382,28 @@ def _print_status(current: dict[str, Any]) -> None:
     )
     if connector.get("trace"):
         click.echo(f"  {_trace_summary(connector['trace'])}")
+    tasks = current.get("tasks", [])
+    # a column for the lag only when some task reports one (sources that can say)
+    lags = any("lag" in t for t in tasks)
     print_table(
         "tasks",
-        ["task", "state", "worker", "trace"],
+        ["task", "state", "worker", *(["lag"] if lags else []), "trace"],
         [
-            [t.get("id"), t.get("state"), t.get("worker_id"), _trace_summary(t.get("trace"))]
-            for t in current.get("tasks", [])
+            [
+                t.get("id"),
+                t.get("state"),
+                t.get("worker_id"),
+                *([_lag_summary(t.get("lag"))] if lags else []),
+                _trace_summary(t.get("trace")),
+            ]
+            for t in tasks
         ],
     )
+
+
+def _lag_summary(lag: dict[str, Any] | None) -> str:
+    """A task's lag figures on one line: ``bytes=1843200 seconds=95.3``."""
+    return " ".join(f"{k}={v}" for k, v in (lag or {}).items())
 
 
 # -- create, update, delete ------------------------------------------------------------------

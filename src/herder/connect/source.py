@@ -87,3 +87,16 @@ class SourceTask(Task):
         Called for records returned from :meth:`poll`, not for :class:`SourceBatch`
         rows; use :meth:`commit` for those.
         """
+
+    def lag(self) -> Mapping[str, int | float] | None:
+        """How far the source system is ahead of what this task has committed, as
+        figures by name (``{"bytes": …, "seconds": …}``), or None if it cannot say.
+
+        The runtime shows it as ``lag`` in the task's status (``GET
+        /connectors/<name>/status``) so an operator sees a backlog without asking the
+        source system. It calls this every few seconds on a thread of its own, also while
+        the task is paused and :meth:`poll` is not called, so a backlog that grows while
+        nothing reads it shows: make it safe to call beside :meth:`poll`. The default
+        says nothing.
+        """
+        return None

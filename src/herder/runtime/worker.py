@@ -68,6 +68,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: how often a source task's lag (``SourceTask.lag``) is measured for its status
+LAG_REPORT_INTERVAL_S = 2.0
+
 
 class ConnectorCallTimeout(HerderError):
     """A call into connector code did not return within its deadline."""
@@ -734,6 +737,8 @@ class Worker:
         if target is not TargetState.STARTED:
             run.control.pause()
         self._tasks[task_id] = run
+        if isinstance(task, SourceTask) and type(task).lag is not SourceTask.lag:
+            self._in_background(self._report_lag(run, task.lag))
         # every line the execution logs names the task, as Connect's MDC context does
         context = contextvars.copy_context()
         context.run(logcontext.enter, task_id.connector, task_id.task)
@@ -758,6 +763,31 @@ class Worker:
         self.metrics.task_startups.successes += 1
         log.info("task %s started on %s", run.id, self.worker_id)
         self._in_background(self._publish_started(run))
+
+    async def _report_lag(
+        self, run: _TaskRun, measure: Callable[[], Mapping[str, int | float] | None]
+    ) -> None:
+        """Publish the task's lag with its status whenever it changed, every
+        :data:`LAG_REPORT_INTERVAL_S` while the execution lasts (paused too: a backlog
+        grows most while nothing reads it)."""
+        while self._tasks.get(run.id) is run and not run.control.stopping.is_set():
+            await asyncio.sleep(LAG_REPORT_INTERVAL_S)
+            if not run.started or run.failed or self._tasks.get(run.id) is not run:
+                continue
+            try:
+                lag = await asyncio.to_thread(measure)
+            except Exception as exc:
+                log.warning("task %s could not measure its lag: %s", run.id, exc)
+                continue
+            if lag is None or run.failed or self._tasks.get(run.id) is not run:
+                continue
+            current = self.statuses.view.task(run.id)
+            if current is not None and current.lag == lag and current.worker_id == self.worker_id:
+                continue
+            state = _state_of(run.target)
+            await self._publish(
+                TaskStatus(run.id, state, self.worker_id, self.generation, lag=dict(lag))
+            )
 
     async def _publish_started(self, run: _TaskRun) -> None:
         # judged as of the write: a paused task's PAUSED was written by whoever paused it

@@ -59,6 +59,11 @@ statuses = st.one_of(
         st.text(),
         st.integers(min_value=-1, max_value=2**31),
         st.none() | st.text(),
+        st.none()
+        | st.dictionaries(
+            st.sampled_from(["bytes", "seconds"]),
+            st.integers(min_value=0, max_value=2**62) | st.floats(0, 1e9),
+        ),
     ),
 )
 
@@ -68,6 +73,17 @@ def test_statuses_round_trip(status: Status) -> None:
     key, value = status_record(status)
     assert value is not None
     assert decode_status(key, value) == status
+
+
+def test_a_tasks_lag_is_in_its_record_only_when_it_has_one() -> None:
+    task = T("cdc", 0)
+    _, value = status_record(
+        TaskStatus(task, State.PAUSED, "w1", 2, lag={"bytes": 4096, "seconds": 1.5})
+    )
+    assert value is not None
+    assert json.loads(value)["lag"] == {"bytes": 4096, "seconds": 1.5}
+    plain = status_record(TaskStatus(task, State.RUNNING, "w1", 2))[1]
+    assert plain is not None and "lag" not in json.loads(plain)
 
 
 def test_a_destroyed_status_is_written_as_a_tombstone() -> None:
@@ -137,6 +153,10 @@ def test_tasks_are_listed_per_connector_in_order() -> None:
         ("status-connector-c", b'{"state": "RUNNING", "generation": 1}'),
         ("status-task-c", b'{"state": "RUNNING", "worker_id": "w", "generation": 1}'),
         ("status-topic-t:connector-c", b'{"topic": {}}'),
+        (
+            "status-task-c-0",
+            b'{"state": "RUNNING", "worker_id": "w", "generation": 1, "lag": {"bytes": "9"}}',
+        ),
     ],
 )
 def test_malformed_records_are_skipped(key: str, value: bytes) -> None:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from herder.connectors.cdc.pgoutput import format_lsn, parse_lsn
 from herder.connectors.jdbc.postgres import Database, DatabaseError, TableId, first_line, literal
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from adbc_driver_manager.dbapi import Connection
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 ALL_TABLES = "all_tables"
 FILTERED = "filtered"
@@ -54,20 +56,55 @@ class Slot:
         self.name = name
         self.publication = publication
         self.conn: Connection = database.connect(autocommit=True)
+        self._closed = False
 
     def close(self) -> None:
+        self._closed = True
         with contextlib.suppress(Exception):
             self.conn.close()
 
     def rows(self, sql: str) -> list[tuple[object, ...]]:
         try:
-            with self.conn.cursor() as cursor:
-                cursor.execute(sql)
-                return [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+            return self._run(sql, _fetch_rows)
         except DatabaseError:
             raise
         except Exception as exc:
             raise DatabaseError(f"{self.database.where()}: {first_line(exc)}") from exc
+
+    def _run(self, sql: str, fetch: Callable[[Any], T]) -> T:
+        """Run ``sql`` and ``fetch`` its result; once more on a new connection if the
+        server dropped this one (a restart, ``pg_terminate_backend``, a network blip).
+
+        What a running task asks can be repeated safely: reads, peeks (which leave the
+        slot as it was) and advances (to a position, not by an amount). A setup statement
+        that took effect before the connection went fails when repeated, saying what
+        exists already."""
+        try:
+            with self.conn.cursor() as cursor:
+                cursor.execute(sql)
+                return fetch(cursor)
+        except Exception as exc:
+            if self._closed or not _connection_lost(exc):
+                raise
+            log.warning(
+                "slot %s lost its connection to %s (%s); connecting again",
+                self.name,
+                self.database.where(),
+                first_line(exc),
+            )
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            try:
+                self.conn = self.database.connect(autocommit=True)
+            except DatabaseError as again:
+                raise DatabaseError(
+                    f"slot {self.name!r} lost its connection to {self.database.where()}"
+                    f" ({first_line(exc)}) and cannot connect again: {again}; the task"
+                    " resumes from its last committed position once it is restarted"
+                ) from exc
+        with self.conn.cursor() as cursor:
+            cursor.execute(sql)
+            return fetch(cursor)
 
     def value(self, sql: str) -> object:
         rows = self.rows(sql)
@@ -205,9 +242,7 @@ class Slot:
             f" 'proto_version', '1', 'publication_names', {literal(self.publication)})"
         )
         try:
-            with self.conn.cursor() as cursor:
-                cursor.execute(sql)
-                table = cursor.fetch_arrow_table()
+            table = self._run(sql, lambda cursor: cursor.fetch_arrow_table())
         except Exception as exc:
             text = first_line(exc)
             if "does not exist" in text and "publication" in text:
@@ -218,6 +253,17 @@ class Slot:
             raise DatabaseError(f"slot {self.name!r} on {self.database.where()}: {text}") from exc
         for lsn, data in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
             yield parse_lsn(lsn), data
+
+
+def _fetch_rows(cursor: Any) -> list[tuple[object, ...]]:
+    return [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection itself is gone, not that a statement failed."""
+    from adbc_driver_manager import AdbcStatusCode, OperationalError
+
+    return isinstance(exc, OperationalError) and exc.status_code == AdbcStatusCode.IO
 
 
 def _ident(name: str) -> str:

@@ -35,6 +35,7 @@ from herder.connectors.cdc.events import (
     source_block,
     union,
 )
+from herder.connectors.cdc.lag import SlotLag
 from herder.connectors.cdc.pgoutput import Relation, decode, format_lsn
 from herder.connectors.cdc.slot import ALL_TABLES, AUTOCREATE_MODES, SetupError, Slot
 from herder.connectors.cdc.snapshot import (
@@ -171,7 +172,8 @@ class PostgresCdcSourceConnector(SourceConnector):
             _Settings(settings)
             slot = Slot(_database(settings), settings[SLOT], settings[PUBLICATION])
             try:
-                slot.check_server()
+                if settings[SNAPSHOT_MODE] != INITIAL_ONLY:
+                    slot.check_server()
             finally:
                 slot.close()
         except SetupError as exc:
@@ -255,7 +257,10 @@ class PostgresCdcSourceTask(SourceTask):
         self.split_rows: int = settings[SPLIT_ROWS]
         self.drop_on_stop: bool = settings[SLOT_DROP]
         self._stopping = threading.Event()
+        #: held while the slot is peeked: it serves one reader at a time
+        self._reading = threading.Lock()
         self.slot = Slot(self.database, settings[SLOT], settings[PUBLICATION])
+        self.lag_meter = SlotLag(self.database, settings[SLOT], settings[PUBLICATION])
         try:
             self._prepare(settings)
         except BaseException:
@@ -264,15 +269,48 @@ class PostgresCdcSourceTask(SourceTask):
 
     def _prepare(self, settings: Mapping[str, Any]) -> None:
         """Checks, the publication, the slot, and where to start reading."""
-        self.slot.check_server()
+        if self.mode != INITIAL_ONLY:
+            # initial_only reads tables and nothing else: any wal_level, no REPLICATION
+            self.slot.check_server()
         tables = self._tables()
-        self.slot.ensure_publication(settings[AUTOCREATE], tables)
         offset = self.context.offset_reader.offset(self.partition)
-        state = self.slot.state()
         self.snapshot: SnapshotProgress | None = None
+        if self.mode == INITIAL_ONLY:
+            # Debezium's initial_only: the rows and nothing after, so no publication and
+            # no slot, which would hold WAL back for a stream that never comes
+            self.position = self.slot.flushed_lsn()
+            if offset is None:
+                self.snapshot = SnapshotProgress(tuple(str(t) for t in tables)) if tables else None
+            else:
+                self.snapshot = SnapshotProgress.from_offset(offset)
+        else:
+            self._prepare_stream(settings, tables, offset)
+        self.assembler = TransactionAssembler()
+        #: each table's last Relation message, and the shape it gave
+        self.shapes: dict[int, tuple[Relation, TableShape | None]] = {}
+        self.type_names: dict[tuple[int, int], str] = {}
+        self.confirmable = self.position
+        self.mark: int | None = None
+        self.last_emit = time.monotonic()
+        self.last_tx: dict[str, Any] = {}
+        log.info(
+            "PostgresCdcSource %s: %s%s",
+            self.prefix,
+            "no stream (snapshot.mode=initial_only)"
+            if self.mode == INITIAL_ONLY
+            else f"slot {self.slot.name} from {format_lsn(self.position)}",
+            f", snapshot of {len(self.snapshot.tables)} tables first" if self.snapshot else "",
+        )
+
+    def _prepare_stream(
+        self, settings: Mapping[str, Any], tables: list[TableId], offset: dict[str, Any] | None
+    ) -> None:
+        """The publication, the slot, and the position to stream from."""
+        self.slot.ensure_publication(settings[AUTOCREATE], tables)
+        state = self.slot.state()
         if offset is None:
             self.position = state.confirmed_flush if state.exists else self.slot.create()
-            if self.mode in (INITIAL, INITIAL_ONLY) and tables:
+            if self.mode == INITIAL and tables:
                 self.snapshot = SnapshotProgress(tuple(str(t) for t in tables))
         else:
             if not state.exists:
@@ -287,21 +325,6 @@ class PostgresCdcSourceTask(SourceTask):
             if state.confirmed_flush < self.position:
                 # committed, not yet confirmed when the last incarnation stopped
                 self.slot.advance(self.position)
-        self.assembler = TransactionAssembler()
-        #: each table's last Relation message, and the shape it gave
-        self.shapes: dict[int, tuple[Relation, TableShape | None]] = {}
-        self.type_names: dict[tuple[int, int], str] = {}
-        self.confirmable = self.position
-        self.mark: int | None = None
-        self.last_emit = time.monotonic()
-        self.last_tx: dict[str, Any] = {}
-        log.info(
-            "PostgresCdcSource %s: slot %s from %s%s",
-            self.prefix,
-            self.slot.name,
-            format_lsn(self.position),
-            f", snapshot of {len(self.snapshot.tables)} tables first" if self.snapshot else "",
-        )
 
     def _tables(self) -> list[TableId]:
         rows = self.slot.rows(
@@ -319,6 +342,7 @@ class PostgresCdcSourceTask(SourceTask):
         if self.snapshot is not None:
             return self._snapshot_chunk(self.snapshot)
         if self.mode == INITIAL_ONLY:
+            # the snapshot is done, and initial_only streams nothing
             self._stopping.wait(self.poll_wait)
             return None
         upto = self.slot.flushed_lsn()
@@ -343,7 +367,9 @@ class PostgresCdcSourceTask(SourceTask):
         (until about ``limit`` messages), and the position they reach."""
         events = EventBatch()
         reached = self.position
-        for lsn, data in self.slot.peek(upto, limit or self.max_batch):
+        with self._reading:
+            messages = list(self.slot.peek(upto, limit or self.max_batch))
+        for lsn, data in messages:
             txn = self.assembler.feed(lsn, decode(data))
             if txn is None or txn.end_lsn <= self.position:
                 continue
@@ -413,13 +439,27 @@ class PostgresCdcSourceTask(SourceTask):
         elif shape is None or shape.columns != self._columns(relation):
             # the primary key, as Debezium keys events; else the replica identity's columns
             # (with REPLICA IDENTITY FULL the relation flags every column)
-            key = primary_key(self.slot.conn, table) or [
+            key = self._primary_key(table) or [
                 c.name for c in relation.columns if c.key and relation.replica_identity != "f"
             ]
             topic = f"{self.prefix}.{table.schema}.{table.name}"
             shape = TableShape(table, topic, self._columns(relation), tuple(key))
         self.shapes[relation.oid] = (relation, shape)
         return shape
+
+    def _primary_key(self, table: TableId) -> list[str]:
+        """The table's primary key now; none if it was dropped since the change was made
+        (Debezium goes on too: its changes still in the slot come, keyed as the slot's
+        Relation message flags the key)."""
+        if not self.slot.value(f"SELECT to_regclass({literal(table.sql)}) IS NOT NULL"):
+            log.warning(
+                "PostgresCdcSource %s: table %s was dropped; its last changes come keyed"
+                " by its replica identity",
+                self.prefix,
+                table,
+            )
+            return []
+        return primary_key(self.slot.conn, table)
 
     def _columns(self, relation: Relation) -> tuple[Column, ...]:
         missing = [
@@ -493,14 +533,18 @@ class PostgresCdcSourceTask(SourceTask):
             return self._snapshot_chunk(self.snapshot) if self.snapshot else None
         rows = read_chunk(session, self.database.libpq(), shape, chunk)
         high = self.slot.flushed_lsn()
-        events, reached = self._stream(high, limit=2**31 - 1)
-        touched = [
-            k
-            for run in events.runs
-            if run.shape.table == table
-            for k in (r["key"] for r in run.rows)
-            if k is not None
-        ]
+        if self.mode == INITIAL_ONLY:
+            # no stream to merge: the chunk's rows as read, nothing else
+            events, reached, touched = EventBatch(), high, []
+        else:
+            events, reached = self._stream(high, limit=2**31 - 1)
+            touched = [
+                k
+                for run in events.runs
+                if run.shape.table == table
+                for k in (r["key"] for r in run.rows)
+                if k is not None
+            ]
         after = progress.chunk_done(chunk.last)
         now = int(time.time() * 1000)
         source = source_block(
@@ -546,8 +590,18 @@ class PostgresCdcSourceTask(SourceTask):
 
     def commit(self) -> None:
         """The last batch and its offset are committed: the slot may let go of them."""
-        if self.confirmable > 0 and not self._stopping.is_set():
+        if self.confirmable > 0 and self.mode != INITIAL_ONLY and not self._stopping.is_set():
             self.slot.advance(self.confirmable)
+
+    def lag(self) -> dict[str, int | float] | None:
+        """WAL bytes the slot holds for this connector, and the age in seconds of the
+        oldest change not committed yet (:mod:`.lag`), paused or not."""
+        if self._stopping.is_set() or self.mode == INITIAL_ONLY:
+            return None
+        with self._reading:
+            if self._stopping.is_set():
+                return None
+            return self.lag_meter.measure()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -555,6 +609,13 @@ class PostgresCdcSourceTask(SourceTask):
         if slot is None:
             return
         slot.close()
+        # a measure in progress ends first (its peek is short)
+        measuring = self._reading.acquire(timeout=10)
+        try:
+            self.lag_meter.close()
+        finally:
+            if measuring:
+                self._reading.release()
         if self.drop_on_stop:
             self._drop_slot(slot)
 

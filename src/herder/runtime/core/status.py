@@ -10,7 +10,8 @@ matter who wrote it last.
 
 Records, as in Kafka Connect: key ``status-connector-<name>`` or
 ``status-task-<name>-<n>``, value ``{"state", "trace", "worker_id", "generation"}`` as
-JSON; a DESTROYED status is written as a null value (tombstone).
+JSON (a task's may add ``"lag"``, the figures its source reports of how far behind it
+is); a DESTROYED status is written as a null value (tombstone).
 
 The same log tracks each connector's *active topics* (``GET /connectors/<name>/topics``):
 key ``status-topic-<topic>:connector-<name>``, value
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -88,6 +90,9 @@ class TaskStatus:
     worker_id: str
     generation: int
     trace: str | None = None
+    #: how far the source system is ahead of what the task committed, as the task
+    #: measured it (``SourceTask.lag``); None for tasks that cannot say
+    lag: Mapping[str, int | float] | None = field(default=None, hash=False)
 
     @property
     def key(self) -> str:
@@ -146,12 +151,14 @@ def status_record(status: Status) -> tuple[str, bytes | None]:
     """The ``_status`` record (key, value) that publishes ``status``."""
     if status.state is State.DESTROYED:
         return status.key, None
-    value = {
+    value: dict[str, object] = {
         "state": status.state.value,
         "trace": status.trace,
         "worker_id": status.worker_id,
         "generation": status.generation,
     }
+    if isinstance(status, TaskStatus) and status.lag is not None:
+        value["lag"] = dict(status.lag)
     return status.key, json.dumps(value, separators=(",", ":")).encode()
 
 
@@ -171,7 +178,13 @@ def decode_status(key: str, value: bytes) -> Status:
         raise ValueError(f"generation must be an integer, not {generation!r}")
     if key.startswith(_CONNECTOR):
         return ConnectorStatus(key.removeprefix(_CONNECTOR), state, worker_id, generation, trace)
-    return TaskStatus(_task_id(key), state, worker_id, generation, trace)
+    lag = body.get("lag")
+    if lag is not None and not (
+        isinstance(lag, dict)
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in lag.values())
+    ):
+        raise ValueError(f"lag must be an object of numbers, not {lag!r}")
+    return TaskStatus(_task_id(key), state, worker_id, generation, trace, lag)
 
 
 def _task_id(key: str) -> ConnectorTaskId:

@@ -96,4 +96,5 @@ def _task_state(statuses: StatusView, task_id: ConnectorTaskId) -> dict[str, Any
         "state": status.state.value if status else State.UNASSIGNED.value,
         "worker_id": status.worker_id if status else "",
         **({"trace": status.trace} if status and status.trace else {}),
+        **({"lag": dict(status.lag)} if status and status.lag is not None else {}),
     }
