@@ -15,7 +15,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim.real", description=__doc__)
     parser.add_argument("--seed", type=int, default=0, help="the first seed")
     parser.add_argument("--seeds", type=int, default=1, help="how many seeds from --seed")
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument(
         "--bug",
         choices=list(Faults.__dataclass_fields__),

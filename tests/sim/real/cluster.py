@@ -100,7 +100,7 @@ class RealSimulation:
         self,
         seed: int,
         *,
-        steps: int = 1500,
+        steps: int = 4000,
         faults: Faults | None = None,
         profile: str | None = None,
     ) -> None:
@@ -171,8 +171,7 @@ class RealSimulation:
             raise SimulationFailure(self._failure(e), e) from e
         finally:
             for host in self.hosts.values():
-                if host.loop is not None:
-                    host.loop.dead = True
+                host.discard()
             if enabled:
                 gc.enable()
 

@@ -140,6 +140,14 @@ class RealHost:
         self.applied = []
         self.incarnation += 1
 
+    def discard(self) -> None:
+        """The run is over: this host's loops, living and dead, run nothing more."""
+        loops = [entry[0] for entry in self.graveyard]
+        if self.loop is not None:
+            loops.append(self.loop)
+        for loop in loops:
+            loop.discard()
+
     def _fatal(self, incarnation: int, reason: str) -> None:
         if incarnation == self.incarnation:
             self.fatal = reason

@@ -18,6 +18,8 @@ are answered by the simulated network this loop is attached to.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
 import random
 from asyncio import events
 from collections.abc import Callable
@@ -90,8 +92,12 @@ class SimLoop(asyncio.BaseEventLoop):
         """When this loop next has something to run (None: it waits for the network)."""
         if self._ready:
             return self._clock.now
-        pending = [h.when() for h in self._scheduled if not h.cancelled()]
-        return min(pending) if pending else None
+        scheduled = self._scheduled
+        # drop cancelled timers from the head, as the loop's own iteration does
+        while scheduled and scheduled[0].cancelled():
+            heapq.heappop(scheduled)._scheduled = False  # type: ignore[attr-defined]
+            self._timer_cancelled_count -= 1  # type: ignore[attr-defined]
+        return scheduled[0].when() if scheduled else None
 
     def run_once(self) -> None:
         """Run what is due now, as one iteration of a real loop would."""
@@ -111,6 +117,19 @@ class SimLoop(asyncio.BaseEventLoop):
         finally:
             events._set_running_loop(previous)
 
+    def discard(self) -> None:
+        """The run is over: drop whatever is still pending, quietly.
+
+        Coroutines that never ran are closed (a real process's exit would not warn that
+        they were never awaited); nothing of this loop runs again.
+        """
+        self.dead = True
+        for task in asyncio.all_tasks(self):
+            with contextlib.suppress(Exception):
+                task.get_coro().close()
+        self._ready.clear()
+        self._scheduled.clear()
+
     # -- threads and sockets, simulated ----------------------------------------------
 
     def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> Any:
@@ -122,7 +141,7 @@ class SimLoop(asyncio.BaseEventLoop):
                 return
             try:
                 result = func(*args)
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            except BaseException as exc:  # handed to the awaiting task, as a thread would
                 future.set_exception(exc)
             else:
                 future.set_result(result)

@@ -185,7 +185,9 @@ class SimNet:
         me = loop.host
         await asyncio.sleep(self.rng.randint(*self.delay_ms) / 1000)
         target = self.listeners.get((host, port))
-        if target is not None and (self.is_cut(me, target[0].host) or self.is_cut(target[0].host, me)):
+        if target is not None and (
+            self.is_cut(me, target[0].host) or self.is_cut(target[0].host, me)
+        ):
             await loop.create_future()  # the SYN (or its answer) is lost: the dialler times out
         if target is None or target[0].dead:
             raise ConnectionRefusedError(f"{host}:{port}: connection refused (simulated)")
