@@ -26,7 +26,7 @@ from herder.ensemble.replica import ZabReplica
 from herder.ensemble.state import StateMachine
 from herder.ensemble.storage import GroupCommitter, SimulatedFileSystem, Storage
 from herder.ensemble.txn import Append, Txn, TxnResult, WriteTxn, decode_txn
-from herder.ensemble.zab import ServerState, ZabPhase
+from herder.ensemble.zab import ServerState, ZabPhase, hex_zxid
 from herder.ensemble.zab import Txn as ZabTxn
 from tests.sim.checker import SafetyViolation
 from tests.sim.real.loop import SimLoop
@@ -76,6 +76,8 @@ class RealHost:
         self.applied: list[ZabTxn] = []
         self._state: StateMachine | None = None
         self._durable = 0
+        #: the highest zxid the storage had called durable when the process last died
+        self._promised = 0
         self._since_snapshot = 0
         self.snapshot_every = sim.rng.randint(5, 60)
         #: the dead processes' objects: kept, so none is finalised mid-run
@@ -93,7 +95,10 @@ class RealHost:
         self.incarnation += 1
         self.fatal = None
         loop = SimLoop(self.sid, sim.clock, sim.net, sim.rng, sim.profile.disk_ms)
-        storage = Storage.open(DATA_DIR, fs=self.fs, log_file_size=LOG_FILE_SIZE)
+        storage = Storage.open(
+            DATA_DIR, fs=self.fs, log_file_size=LOG_FILE_SIZE, faults=sim.zab.faults
+        )
+        self._check_kept(storage)
         committer = GroupCommitter(storage)
         incarnation = self.incarnation
         replica = ZabReplica(
@@ -133,12 +138,26 @@ class RealHost:
         self.sim.report.snapshots += self.replica.snapshots_taken
         self.loop.dead = True
         self.graveyard.append((self.loop, self.replica, self.storage))
+        self._promised = self._durable
         self.sim.net.crashed(self.sid)
         self.fs.crash(self.sim.rng, tear=True)
         self.loop = self.replica = self.storage = None
         self._state = None
         self.applied = []
         self.incarnation += 1
+
+    def _check_kept(self, storage: Storage) -> None:
+        """A disk keeps what its storage called durable: the log reaches as far again."""
+        recovery = storage.recovery
+        recovered = max(
+            recovery.snapshot.zxid if recovery.snapshot is not None else 0,
+            recovery.transactions[-1].zxid if recovery.transactions else 0,
+        )
+        if recovered < self._promised:
+            raise SafetyViolation(
+                f"server {self.sid} recovered its log up to {hex_zxid(recovered)} only, but "
+                f"had called {hex_zxid(self._promised)} durable before it crashed"
+            )
 
     def discard(self) -> None:
         """The run is over: this host's loops, living and dead, run nothing more."""
