@@ -44,8 +44,8 @@ MIN_COMMITS = 3
 #: a run that takes more steps than this after the faults stopped is stuck
 MAX_CALM_STEPS = 400_000
 
-CLIENT, FAULT, RESTART, HEAL = range(4)
-_KINDS = ("client", "fault", "restart", "heal")
+CLIENT, FAULT, RESTART, HEAL, CRASH = range(5)
+_KINDS = ("client", "fault", "restart", "heal", "crash")
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,15 @@ class RealProfile:
     write_every_ms: int = 15
     downtime_ms: tuple[int, int] = (20, 1500)
     partition_ms: tuple[int, int] = (50, 2000)
+    #: chance that a server crashes just after it wrote a new epoch to disk (FoundationDB's
+    #: BUGGIFY): where a missing fsync of an epoch file, or an epoch acted on before it
+    #: was written, would show
+    crash_after_epoch: float = 0.05
 
 
 PROFILES = {
     "default": RealProfile(),
-    "crashy": RealProfile(fault_every_ms=300, downtime_ms=(5, 400)),
+    "crashy": RealProfile(fault_every_ms=300, downtime_ms=(5, 400), crash_after_epoch=0.2),
     "partitioned": RealProfile(fault_every_ms=300, partition_ms=(20, 800)),
     "slowdisk": RealProfile(disk_ms=(5, 60)),
 }
@@ -288,6 +292,10 @@ class RealSimulation:
                 host.start()
         elif kind == HEAL and data == self._partition:
             self.net.heal()
+        elif kind == CRASH:
+            host = self.hosts[sid]
+            if host.up and host.incarnation == data and self.faulting:
+                self._crash(host)
 
     def _client_write(self) -> None:
         """A client with the whole connect string: it writes to a server that serves."""
@@ -346,6 +354,12 @@ class RealSimulation:
         self._partition += 1
         self.report.partitions += 1
         self._push(self.clock.now + duration_ms / 1000, HEAL, 0, self._partition)
+
+    def on_new_epoch(self, host: RealHost) -> None:
+        """``host`` has just written an epoch: maybe crash it a moment later."""
+        if self.faulting and self.rng.random() < self.profile.crash_after_epoch:
+            at = self.clock.now + self.rng.randint(0, 3) / 1000
+            self._push(at, CRASH, host.sid, host.incarnation)
 
     def _crash(self, host: RealHost) -> None:
         host.crash()

@@ -78,6 +78,8 @@ class RealHost:
         self._durable = 0
         #: the highest zxid the storage had called durable when the process last died
         self._promised = 0
+        #: (acceptedEpoch, currentEpoch) as the disk last had them
+        self._epochs = (0, 0)
         self._since_snapshot = 0
         self.snapshot_every = sim.rng.randint(5, 60)
         #: the dead processes' objects: kept, so none is finalised mid-run
@@ -120,6 +122,7 @@ class RealHost:
             self.sid, [ZabTxn(t.zxid, write_of(t.payload)) for t in storage.recovery.transactions]
         )
         self._durable = storage.durable_zxid
+        self._epochs = (storage.epochs.accepted_epoch(), storage.epochs.current_epoch())
         self._state = replica.state
         self.applied = _writes_in(replica.state)
         checker.on_restore(self.sid, self.applied)
@@ -224,6 +227,10 @@ class RealHost:
             ]
             self.sim.checker.on_durable(self.sid, fresh)
         self._durable = durable
+        epochs = (storage.epochs.accepted_epoch(), storage.epochs.current_epoch())
+        if epochs != self._epochs:
+            self._epochs = epochs
+            self.sim.on_new_epoch(self)
         status = replica.peer.status
         if status.state is ServerState.LEADING and status.phase >= ZabPhase.SYNCHRONIZATION:
             self.sim.checker.on_leading(status.epoch, self.sid, self.incarnation)
