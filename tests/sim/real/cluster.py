@@ -11,7 +11,8 @@ keeps a torn record) shows here as it would on a real machine, but replays exact
 
 Clients write through :meth:`ZabReplica.submit`, as the client port does; a write is
 *acknowledged* when ``submit`` returns. Faults: crashes (power cuts that tear the
-unsynced tail), partitions (both ways or one way), connection resets. After ``steps``
+unsynced tail; some just after a server wrote a new epoch), partitions (both ways or
+one way), connection resets. After ``steps``
 steps the faults stop; a leader must then commit a new write and every server must
 apply exactly the committed history, each acknowledged write once, within
 ``LIVENESS_S`` of simulated time each. :class:`~tests.sim.checker.Checker` checks

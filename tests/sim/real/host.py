@@ -13,12 +13,12 @@ real server does.
 
 The checker sees the ensemble through the host's callbacks: each applied transaction
 (the client write it carries), each transaction the log made durable (read back from
-the simulated disk), a state replaced by a leader's SNAP, and who leads which epoch.
+the simulated disk), a state replaced by a leader's SNAP, and who leads which epoch. A
+restarted host also checks its disk kept what its storage had called durable.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from herder.ensemble.config import EnsembleConfig
@@ -33,8 +33,6 @@ from tests.sim.real.loop import SimLoop
 
 if TYPE_CHECKING:
     from tests.sim.real.cluster import RealSimulation
-
-log = logging.getLogger(__name__)
 
 DATA_DIR = "/data"
 #: the simulated client writes append one record each to this log
