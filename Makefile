@@ -4,6 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SEEDS ?= 2000
+# seeds of the real-host simulator (tests/sim/real): each runs whole servers, so fewer
+REAL_SEEDS ?= 1000
 
 .PHONY: quickstart test lint sim soak bench clean postgresql nftables
 
@@ -42,7 +44,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 sim: $(STAMP)
-	HERDER_SIM_SEEDS=$(SEEDS) $(BIN)/python -m pytest -m sim -q
+	HERDER_SIM_SEEDS=$(SEEDS) HERDER_SIM_REAL_SEEDS=$(REAL_SEEDS) $(BIN)/python -m pytest -m sim -q
 
 soak: $(STAMP) postgresql nftables
 	$(BIN)/python -m pytest -m slow -q

@@ -16,6 +16,12 @@ zxid Zab committed it under.
 
 It offers what the standalone pipeline offers (``submit``, ``watch``, ``outstanding``,
 ``stop``), so the server's handlers do not care which one they talk to.
+
+Everything it does goes through seams a simulator can take over: the clocks and the
+peer's random seed are parameters, the disk is the :class:`Storage` (over any
+:class:`~herder.ensemble.storage.files.FileSystem`), and the network, the timers and the
+disk's worker threads are the running asyncio loop's. ``tests/sim/real`` runs whole
+ensembles of replicas on simulated loops, disks and links, one seed one history.
 """
 
 from __future__ import annotations
@@ -142,8 +148,18 @@ class ZabReplica:
         on_event: Callable[[Event], None],
         on_touches: Callable[[list[int]], None],
         on_fatal: Callable[[str], None] = lambda reason: None,
+        clock: Callable[[], int] = _monotonic_ms,
+        wall_clock: Callable[[], int] = _now_ms,
+        rng_seed: int | None = None,
+        zab: ZabConfig | None = None,
     ) -> None:
+        """``clock`` gives the peer's time (monotonic ms), ``wall_clock`` the timestamps
+        written into transactions; ``rng_seed`` seeds the peer's election jitter (random
+        by default) and ``zab`` replaces the Zab settings derived from ``config``: all
+        for a simulator that must replay one history exactly from one seed."""
         self.config = config
+        self._clock = clock
+        self._wall_clock = wall_clock
         self.storage = storage
         self._committer = committer
         self._on_applied = on_applied
@@ -166,9 +182,10 @@ class ZabReplica:
         tail.sort(key=lambda t: t.zxid)
         self.state = state
         epochs = storage.epochs
+        self.zab = zab or zab_config(config)
         self.peer = Peer(
             config.server_id,
-            zab_config(config),
+            self.zab,
             PersistedState(
                 accepted_epoch=epochs.accepted_epoch(),
                 current_epoch=epochs.current_epoch(),
@@ -176,8 +193,8 @@ class ZabReplica:
                 log_tail=tail,
             ),
             self,
-            rng_seed=int.from_bytes(os.urandom(8), "big"),
-            now_ms=_monotonic_ms(),
+            rng_seed=int.from_bytes(os.urandom(8), "big") if rng_seed is None else rng_seed,
+            now_ms=clock(),
         )
         self.net = QuorumNetwork(
             config.server_id,
@@ -195,7 +212,7 @@ class ZabReplica:
         self.syncs: dict[str, int] = {"DIFF": 0, "TRUNC": 0, "SNAP": 0}
         self._pending: dict[int, asyncio.Future[TxnResult]] = {}
         base = (config.server_id & 0xFFF) << 51
-        self._origins = itertools.count(base | (_now_ms() * 1000 & ((1 << 51) - 1)) or 1)
+        self._origins = itertools.count(base | (wall_clock() * 1000 & ((1 << 51) - 1)) or 1)
         self._disk: deque[DiskOp | _TakeSnapshot] = deque()
         self._disk_wake = asyncio.Event()
         self._disk_task: asyncio.Task[None] | None = None
@@ -257,11 +274,11 @@ class ZabReplica:
                 " leader (an election is under way or it cannot reach a quorum)"
             )
         origin = next(self._origins)
-        txn = build(TxnHeader(0, _now_ms(), session_id, seq, origin))
+        txn = build(TxnHeader(0, self._wall_clock(), session_id, seq, origin))
         future: asyncio.Future[TxnResult] = asyncio.get_running_loop().create_future()
         self._pending[origin] = future
         try:
-            self.peer.forward(encode_txn(txn), _monotonic_ms())
+            self.peer.forward(encode_txn(txn), self._clock())
         except NotLeader:
             del self._pending[origin]
             self._drive()
@@ -289,7 +306,7 @@ class ZabReplica:
             self.last_sync = kind
             self.syncs[kind] += 1
         try:
-            self.peer.step(message, sid, _monotonic_ms())
+            self.peer.step(message, sid, self._clock())
             self._drive()
         except Exception as exc:
             self._core_failed(exc)
@@ -298,7 +315,7 @@ class ZabReplica:
         if self.failure is not None:
             return
         try:
-            self.peer.disconnected(sid, _monotonic_ms())
+            self.peer.disconnected(sid, self._clock())
             self._drive()
         except Exception as exc:
             self._core_failed(exc)
@@ -311,7 +328,7 @@ class ZabReplica:
             self.peer.add_touches([s.to_bytes(8, "big") for s in self._touched])
             self._touched.clear()
         try:
-            self.peer.tick(_monotonic_ms())
+            self.peer.tick(self._clock())
             self._drive()
         except Exception as exc:
             self._core_failed(exc)
@@ -320,7 +337,7 @@ class ZabReplica:
         if self.failure is not None:
             return
         try:
-            self.peer.disk_done(token, _monotonic_ms())
+            self.peer.disk_done(token, self._clock())
             self._drive()
         except Exception as exc:
             self._core_failed(exc)
@@ -402,7 +419,7 @@ class ZabReplica:
         if self._timer is not None:
             self._timer.cancel()
         loop = asyncio.get_running_loop()
-        delay = max(0.0, (due - _monotonic_ms()) / 1000)
+        delay = max(0.0, (due - self._clock()) / 1000)
         self._timer_at = due
         self._timer = loop.call_later(delay, self._tick)
 
@@ -499,7 +516,7 @@ class ZabReplica:
                         for txn in op.txns:
                             durable = committer.append(txn.zxid, txn.payload)
                         token = op.token
-                    if durable is not None:
+                    if durable is not None and not self.zab.faults.host_acks_before_fsync:
                         await durable
                     self._disk_done(token)
                     continue

@@ -35,6 +35,7 @@ from herder.ensemble.storage.txnlog import (
     TxnLog,
     parse_zxid_name,
 )
+from herder.ensemble.zab.config import Faults
 from herder.errors import CorruptStorage, HerderError, StorageLocked
 
 log = logging.getLogger(__name__)
@@ -102,11 +103,13 @@ class Storage:
         fs: FileSystem | None = None,
         log_file_size: int = DEFAULT_FILE_SIZE,
         snap_retain_count: int = MIN_SNAP_RETAIN_COUNT,
+        faults: Faults | None = None,
     ) -> Storage:
         """Lock ``data_dir`` (and ``log_dir``, ZooKeeper's dataLogDir) and recover.
 
         Raises :class:`StorageLocked` if another server holds the directory and
-        :class:`CorruptStorage` if acknowledged data is damaged.
+        :class:`CorruptStorage` if acknowledged data is damaged. ``faults`` plants a
+        test-only bug for the simulator to catch; a real server never passes it.
         """
         fs = fs or OsFileSystem()
         log_dir = log_dir or data_dir
@@ -122,7 +125,7 @@ class Storage:
             if snapshots.is_installed(snapshot.zxid):
                 _forget_history_before(fs, snapshots, log_dir, snapshot.zxid)
             txnlog, transactions = TxnLog.recover(
-                fs, log_dir, after_zxid=snapshot.zxid, file_size=log_file_size
+                fs, log_dir, after_zxid=snapshot.zxid, file_size=log_file_size, faults=faults
             )
             start = None if snapshot.zxid == 0 else snapshot
             recovery = Recovery(start, transactions)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from herder.ensemble.storage.files import FileHandle, FileSystem, read_all
 from herder.ensemble.storage.frames import Txn, bytes_after, encode, scan, zxid_of
+from herder.ensemble.zab.config import Faults
 from herder.errors import CorruptStorage
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,16 @@ class TxnLog:
     ``truncate_to`` may run in another thread (they serialise on an internal lock).
     """
 
-    def __init__(self, fs: FileSystem, directory: str, file_size: int, files: list[LogFile]):
+    def __init__(
+        self,
+        fs: FileSystem,
+        directory: str,
+        file_size: int,
+        files: list[LogFile],
+        faults: Faults | None = None,
+    ):
         self._fs = fs
+        self._faults = faults or Faults()
         self._dir = directory
         self._file_size = file_size
         self._files = files
@@ -80,17 +89,24 @@ class TxnLog:
 
     @classmethod
     def recover(
-        cls, fs: FileSystem, directory: str, *, after_zxid: int, file_size: int
+        cls,
+        fs: FileSystem,
+        directory: str,
+        *,
+        after_zxid: int,
+        file_size: int,
+        faults: Faults | None = None,
     ) -> tuple[TxnLog, list[Txn]]:
         """Open the log and return it with the transactions after ``after_zxid``.
 
         Reads the file holding ``after_zxid`` and every later one. A torn tail of the last
         file is cut off with a warning; any other damage raises :class:`CorruptStorage`.
+        ``faults`` plants a test-only bug (see :class:`~herder.ensemble.zab.Faults`).
         """
         files = cls._list(fs, directory)
         starts = [f.start for f in files]
         first = max(bisect.bisect_right(starts, after_zxid) - 1, 0)
-        txnlog = cls(fs, directory, file_size, files)
+        txnlog = cls(fs, directory, file_size, files, faults)
         replay: list[Txn] = []
         prev = 0
         for index in range(first, len(files)):
@@ -227,7 +243,8 @@ class TxnLog:
         handle.allocate(self._file_size)
         handle.fsync()
         # the name must be durable before any record in the file is acknowledged
-        self._fs.fsync_dir(self._dir)
+        if not self._faults.storage_skips_log_dir_fsync:
+            self._fs.fsync_dir(self._dir)
         self.fsyncs += 2
         if self._current is not None:
             self._current.close()

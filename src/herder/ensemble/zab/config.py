@@ -34,6 +34,12 @@ class Faults:
     propose_requests_twice: bool = False
     #: a follower logs and ACKs proposals but never applies a COMMIT in broadcast
     follower_ignores_commits: bool = False
+    #: the server hosting the peer (``ZabReplica``) reports appended transactions
+    #: durable as soon as they are handed to the log, before their fsync completes
+    host_acks_before_fsync: bool = False
+    #: storage starts a new log file without syncing its directory, so a crash can
+    #: lose the file's name, and with it records already acknowledged
+    storage_skips_log_dir_fsync: bool = False
 
 
 @dataclass(frozen=True)
