@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -16,7 +17,10 @@ from herder.connect import OffsetRange, SourceRecord, TopicPartition
 from herder.connectors import directory as directory_module
 from herder.connectors.directory import DirectorySinkTask, output_name
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage
+from herder.dataplane import delivery as delivery_module
+from herder.dataplane import reader as reader_module
 from herder.dataplane import writer as writer_module
+from herder.dataplane.delivery import DeliveryPlan
 from tests.dataplane.conftest import connected
 from tests.integration.conftest import ServerHandle
 
@@ -118,3 +122,75 @@ async def test_a_range_spark_wrote_as_several_files_is_joined(
     assert sorted(p.name for p in out.iterdir() if p.is_file()) == names
     assert (out / names[0]).read_bytes().splitlines() == values[:1_000]
     assert (out / names[1]).read_bytes().splitlines() == values[1_000:]
+
+
+async def _deliver(
+    topics: Any, task: DirectorySinkTask, topic: str, positions: dict[int, int]
+) -> dict[int, int]:
+    """One delivery as the runtime plans it; where it reached."""
+    states = {s.partition: s for s in await topics.partitions(topic)}
+    plan = DeliveryPlan(1_000_000, ranged=task.offset_ranged)
+    for partition, position in sorted(positions.items()):
+        plan.take(TopicPartition(topic, partition), position, states[partition])
+    wanted = plan.by_topic[topic]
+    df, ranges = await topics.read_ranged(topic, wanted, ordered=True)
+    assert ranges is not None, "an offset-ranged sink's delivery is ranged"
+    task.context = PutContext(ranges)
+    await asyncio.to_thread(task.put, df)
+    return {p: stop for p, (_, stop) in wanted.items()}
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+async def test_a_zombie_that_reads_further_than_the_owner_writes_nothing_twice(
+    ensemble: ServerHandle,
+    storage: Storage,
+    spark: SparkRuntime,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    partitions: int,
+) -> None:
+    """A sink instance that lost its partitions without knowing it (a paused worker)
+    delivers from the last commit again, after its successor did, and sees more segments
+    than its successor saw: its outputs are the successor's, name for name and line for
+    line, however many small segments it reads at once."""
+    # reads of at most 4 pieces, so that a few segments are many
+    monkeypatch.setattr(reader_module, "MAX_FILES_UNIONED", 4)
+    monkeypatch.setattr(delivery_module, "MAX_FILES_UNIONED", 4)
+    out = tmp_path / "out"
+    topic = f"zombie-{partitions}"
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create(topic, partitions)
+        writer = SegmentWriter(topics, spark, f"{topic}-0", 1)
+        sent = 0
+
+        async def produce(segments: int) -> None:
+            nonlocal sent
+            for _ in range(segments):  # small segments, as a trickle writes them
+                batch = [
+                    SourceRecord({}, {}, topic, b"%06d" % (sent + i), partition=i % partitions)
+                    for i in range(3)
+                ]
+                await topics.commit(await writer.stage(batch))
+                sent += len(batch)
+
+        def started() -> DirectorySinkTask:
+            task = DirectorySinkTask()
+            task.initialize(PutContext(None))
+            task.start({"directory": str(out), "format": "text", "topics": topic})
+            task.bases = {TopicPartition(topic, p): 0 for p in range(partitions)}
+            return task
+
+        await produce(3)
+        owner, zombie = started(), started()
+        owner_at = await _deliver(topics, owner, topic, dict.fromkeys(range(partitions), 0))
+        await produce(9)
+        await _deliver(topics, zombie, topic, dict.fromkeys(range(partitions), 0))
+        while sum(owner_at.values()) < sent:
+            owner_at.update(await _deliver(topics, owner, topic, owner_at))
+        await _deliver(topics, zombie, topic, dict.fromkeys(range(partitions), 0))
+        owner.stop()
+        zombie.stop()
+    lines = sorted(
+        line for p in out.iterdir() if p.is_file() for line in p.read_bytes().splitlines()
+    )
+    assert lines == [b"%06d" % i for i in range(sent)]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from herder.connect import SourceRecord, TopicPartition
+from herder.connect import OffsetRange, SourceRecord, TopicPartition
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage
 from herder.dataplane import writer as writer_module
 from herder.dataplane.datasource import line_ranges_dataframe, plan_line_ranges
@@ -144,7 +144,7 @@ async def test_batches_across_partitions_promise_no_order_and_are_sorted(
         assert len(staged.segments) == 3
         assert all(s.file_counts is None for s in staged.segments)
         await topics.commit(staged)
-        df, offset_ranges = await topics.read_ranged("spread", ordered=True)
+        df, offset_ranges = await topics.read_ranged("spread", ordered=True, ranged=False)
         assert offset_ranges is None  # sorted: its partitions are not offset ranges
         assert "Sort" in executed_plan(df)
         got = await spark.run(df.collect)
@@ -152,6 +152,19 @@ async def test_batches_across_partitions_promise_no_order_and_are_sorted(
             (r["partition"], r["offset"]) for r in got
         )
         assert sorted(r["value"] for r in got) == sorted(r.value for r in records)
+
+        # ranged: each segment is one Spark partition, sorted within it (no shuffle)
+        df, offset_ranges = await topics.read_ranged("spread", ordered=True)
+        assert offset_ranges == [
+            OffsetRange(TopicPartition("spread", s.partition), 0, s.count)
+            for s in sorted(staged.segments, key=lambda s: s.partition)
+        ]
+        assert "Exchange" not in executed_plan(df)
+        parts = await spark.run(lambda: df.rdd.glom().collect())
+        assert [[(r["partition"], r["offset"]) for r in part] for part in parts] == [
+            [(r.topic_partition.partition, o) for o in range(r.from_offset, r.until_offset)]
+            for r in offset_ranges
+        ]
 
 
 def stage_with_seq(storage: Storage, task: str, batch: int, topic: str, values: list[bytes]) -> str:

@@ -9,7 +9,8 @@ from zlib import crc32
 import pyspark
 import pytest
 
-from herder.connect import SourceRecord
+from herder.connect import SourceRecord, TopicPartition
+from herder.dataplane.delivery import DeliveryPlan
 from herder.dataplane.execution import TaskExecutions
 from herder.dataplane.metadata import (
     START_KEY,
@@ -23,6 +24,7 @@ from herder.dataplane.metadata import (
     segment_key,
     segment_log,
 )
+from herder.dataplane.reader import MAX_FILES_UNIONED
 from herder.dataplane.records import records_to_table
 from herder.dataplane.spark import DEFAULT_CONF, SparkRuntime, SparkSettings, check_spark_home
 from herder.dataplane.storage import batch_dir, batch_of, check_reachable, parse_writer_dir
@@ -109,12 +111,28 @@ def test_reads_stop_where_files_end() -> None:
     assert state.read_stop(4, 11) == 15  # files of two segments
     assert state.read_stop(16, 1) == 18
     assert state.read_stop(21, 10) == 21  # nothing to read
-    # segments without file counts are cut at the budget, as before
-    mixed = state_of(ordered_seg(0, 4), seg(4, 10))
+    # a segment without file counts is one piece: read whole
+    mixed = state_of(ordered_seg(0, 4), seg(4, 10), seg(14, 2))
     assert mixed.read_stop(0, 3) == 4
     assert mixed.read_stop(0, 8) == 4  # stops before the segment it cannot cut at a file
-    assert mixed.read_stop(4, 3) == 7
-    assert mixed.read_stop(5, 100) == 14
+    assert mixed.read_stop(4, 3) == 14  # bigger than the budget, whole
+    assert mixed.read_stop(5, 100) == 16  # from inside a segment: its end
+    assert mixed.read_stop(4, 100) == 16
+
+
+def test_reads_take_at_most_max_pieces_and_cut_where_any_other_reader_would() -> None:
+    state = state_of(ordered_seg(0, 4, 6), seg(10, 5), ordered_seg(15, 3, 3))
+    assert list(state.piece_ends(0)) == [4, 10, 15, 18, 21]
+    assert list(state.piece_ends(12)) == [15, 18, 21]
+    assert state.read_stop(0, 100, max_pieces=2) == 10
+    assert state.read_stop(0, 100, max_pieces=0) == 4  # always at least one piece
+    assert state.pieces_between(0, 10) == 2
+    assert state.pieces_between(4, 21) == 4
+    # a read that takes less, or one that starts later, ends where a bigger one cuts
+    ends = set(state.piece_ends(0))
+    for budget in range(1, 25):
+        for pieces in range(1, 6):
+            assert state.read_stop(0, budget, max_pieces=pieces) in ends
 
 
 def test_retired_segments_are_invisible_but_kept_until_purged() -> None:
@@ -337,3 +355,17 @@ def test_a_spark_home_pyspark_cannot_launch_is_one_clear_error(tmp_path: Path) -
         other / "jars" / f"spark-core_2.13-{pyspark.__version__}.jar"
     )
     check_spark_home(str(other))
+
+
+def test_a_ranged_delivery_takes_at_most_a_read_of_pieces_per_topic() -> None:
+    many = state_of(*(ordered_seg(i, 1) for i in range(MAX_FILES_UNIONED + 8)))
+    a, b = TopicPartition("t", 0), TopicPartition("u", 0)
+    plan = DeliveryPlan(budget=1_000, ranged=True)
+    plan.take(a, 0, many)
+    plan.take(b, 3, many)
+    assert plan.reached == {a: MAX_FILES_UNIONED, b: 3 + MAX_FILES_UNIONED}
+    assert not plan.wants("t") and plan.wants("v")
+    plain = DeliveryPlan(budget=1_000, ranged=False)
+    plain.take(a, 0, many)
+    assert plain.reached == {a: MAX_FILES_UNIONED + 8}
+    assert plain.budget == 1_000 - MAX_FILES_UNIONED - 8

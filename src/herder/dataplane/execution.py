@@ -47,6 +47,7 @@ from herder.connect.source import OffsetReader
 from herder.coordinator.apis import fencing_op
 from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.coordinator.offsets import TopicPartition as GroupPartition
+from herder.dataplane.delivery import DeliveryPlan
 from herder.dataplane.fencing import connector_fence_id, current_epoch, task_fence_id
 from herder.dataplane.metadata import PartitionState
 from herder.dataplane.spark import SparkSettings, spark_runtime
@@ -752,23 +753,15 @@ class SinkExecution(_Execution):
         generation = self._generation
         if generation is None or not self.positions:
             return False
-        by_topic: dict[str, dict[int, tuple[int, int]]] = {}
-        reached: dict[TopicPartition, int] = {}
-        budget = max_records
+        plan = DeliveryPlan(max_records, ranged=self.task.offset_ranged)
         states: dict[str, dict[int, PartitionState]] = {}
         for tp, position in sorted(self.positions.items()):
-            if tp in self.context.paused() or budget <= 0:
+            if tp in self.context.paused() or not plan.wants(tp.topic):
                 continue
             if tp.topic not in states:
                 states[tp.topic] = {s.partition: s for s in await self.topics.partitions(tp.topic)}
-            state = states[tp.topic].get(tp.partition)
-            # whole files: a file is read by one delivery, not by several
-            stop = position if state is None else state.read_stop(position, budget)
-            if stop <= position:
-                continue
-            budget -= stop - position
-            by_topic.setdefault(tp.topic, {})[tp.partition] = (position, stop)
-            reached[tp] = stop
+            plan.take(tp, position, states[tp.topic].get(tp.partition))
+        by_topic, reached = plan.by_topic, plan.reached
         if not reached:
             if self._uncommitted:
                 await self._commit_positions()

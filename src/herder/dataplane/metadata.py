@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import builtins
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -278,31 +278,53 @@ class PartitionState:
             if s.end_offset > from_offset and (to_offset is None or s.base_offset < to_offset)
         ]
 
-    def read_stop(self, position: int, budget: int) -> int:
-        """Where a read of about ``budget`` records from ``position`` should end.
+    def piece_ends(self, position: int) -> Iterator[int]:
+        """The end offsets of the pieces a read from ``position`` takes, in order: a
+        piece is a file of a segment that says which run of offsets each file holds
+        (:attr:`Segment.file_counts`), or a whole segment of another kind.
 
-        Reads end where files end, so no file is read twice by consecutive reads: at
-        the last file end within ``budget`` records, or, if the first file reaching past
-        ``position`` is bigger than that, at its end (as Kafka returns a record batch
-        larger than the fetch limit, so a consumer always progresses). Segments that do
-        not say where their files end (see :attr:`Segment.file_counts`) are cut at
-        ``budget`` records. ``position`` itself if there is nothing to read.
+        Pieces are where reads may end. They follow from the committed segments alone,
+        so every reader from ``position`` cuts at the same offsets, whenever it reads
+        and however much it takes: a sink naming each output by its piece's first
+        offset writes the same outputs under the same names as any other instance of
+        it (a zombie included), never outputs that overlap.
         """
-        end = self.next_offset
-        if end <= position:
-            return position
-        limit = position + budget
-        stop: int | None = None
         for segment in self.overlapping(position, None):
             if not segment.ordered:
-                return stop if stop is not None else min(end, limit)
+                yield segment.end_offset
+                continue
             for _path, _first, file_end in segment.file_ranges():
-                if file_end <= position:
-                    continue
-                if file_end > limit:
-                    return stop if stop is not None else file_end
-                stop = file_end
-        return stop if stop is not None else min(end, limit)
+                if file_end > position:
+                    yield file_end
+
+    def read_stop(self, position: int, budget: int, max_pieces: int | None = None) -> int:
+        """Where a read of about ``budget`` records from ``position`` should end.
+
+        Reads end where pieces end (:meth:`piece_ends`), so no file is read twice by
+        consecutive reads: at the last piece end within ``budget`` records and
+        ``max_pieces`` pieces, or, if the first piece reaching past ``position`` is
+        bigger than that, at its end (as Kafka returns a record batch larger than the
+        fetch limit, so a consumer always progresses). ``position`` itself if there is
+        nothing to read.
+        """
+        limit = position + budget
+        stop: int | None = None
+        for taken, end in enumerate(self.piece_ends(position)):
+            if stop is not None and (
+                end > limit or (max_pieces is not None and taken >= max_pieces)
+            ):
+                break
+            stop = end
+        return position if stop is None else stop
+
+    def pieces_between(self, position: int, stop: int) -> int:
+        """How many pieces a read of ``[position, stop)`` takes."""
+        count = 0
+        for end in self.piece_ends(position):
+            if end > stop:
+                break
+            count += 1
+        return count
 
     @property
     def size_bytes(self) -> int:

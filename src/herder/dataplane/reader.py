@@ -18,7 +18,8 @@ each of its Spark partitions holds (:class:`~herder.connect.OffsetRange`): a sin
 write each partition out on its own, in order, with no shuffle. Other
 segments' files carry ``seq``, each record's place in its segment: the offset is ``base +
 seq``, rows outside the wanted range are filtered out (pushed down to the Parquet
-reader), and an ordered read is sorted by (partition, offset).
+reader), and an ordered read is sorted by (partition, offset) — a ranged one within
+each segment, which it reads as one Spark partition.
 
 A read of many files (a low-rate topic's small segments) reads them in one scan and
 finds each row's file by its path (``_metadata.file_path``, whose last six components
@@ -92,8 +93,9 @@ def slices_dataframe(
     offset ranges.
 
     An ordered DataFrame's Spark partitions come in that order, each one's rows in it.
-    A ``ranged`` read of positional files (see the module docstring), at most
-    :data:`MAX_FILES_UNIONED`, has one Spark partition per file, whose range it holds.
+    An ordered ``ranged`` read of at most :data:`MAX_FILES_UNIONED` pieces (a
+    positional file, see the module docstring, or a whole segment of another kind) has
+    one Spark partition per piece, whose range it holds.
     """
     if not slices:
         return spark.createDataFrame([], SINK_DDL), None
@@ -101,15 +103,16 @@ def slices_dataframe(
     types = _ReadTypes.of(topic, files)
     # a mixed read converts each typed file's values on their own: file by file
     few = len(files) <= MAX_FILES_UNIONED or bool(types.encoded)
-    if ranged and few and all(f.positional for f in files):
-        # one scan per file, in order, each scan one Spark partition: a union keeps its
-        # inputs' partitions in order, so the DataFrame's are its files' ranges
+    pieces = _pieces_of(files)
+    if ranged and ordered and len(pieces) <= MAX_FILES_UNIONED:
+        # one Spark partition per piece (a positional file, or a whole segment of
+        # another kind, sorted), in order: a union keeps its inputs' partitions in
+        # order, so the DataFrame's are its pieces' ranges
         ranges = [
-            OffsetRange(TopicPartition(topic, f.partition), f.from_offset, f.to_offset)
-            for f in files
+            OffsetRange(TopicPartition(topic, p[0].partition), p[0].from_offset, p[0].to_offset)
+            for p in pieces
         ]
-        out = _file_by_file(spark, storage, topic, files, types, one_partition_each=True)
-        return out, ranges
+        return _piece_by_piece(spark, storage, topic, pieces, types), ranges
     if few:
         # one scan per file, in order: a scan's partitions follow its file's row order,
         # and a union keeps its inputs' partitions in order
@@ -316,6 +319,49 @@ def _file_by_file(
 
     scans = [scan(file) for file in files]
     return reduce(lambda a, b: a.unionAll(b), scans).selectExpr(*_sink_columns(topic))
+
+
+def _pieces_of(files: Sequence[_FileRead]) -> list[list[_FileRead]]:
+    """``files`` grouped into the pieces reads are cut at (see
+    :meth:`~herder.dataplane.metadata.PartitionState.piece_ends`): a positional file
+    alone, the files of another segment together."""
+    pieces: list[list[_FileRead]] = []
+    for file in files:
+        previous = pieces[-1][-1] if pieces else None
+        if (
+            previous is not None
+            and not file.positional
+            and not previous.positional
+            and (previous.partition, previous.first) == (file.partition, file.first)
+        ):
+            pieces[-1].append(file)
+        else:
+            pieces.append([file])
+    return pieces
+
+
+def _piece_by_piece(
+    spark: SparkSession,
+    storage: Storage,
+    topic: str,
+    pieces: Sequence[Sequence[_FileRead]],
+    types: _ReadTypes,
+) -> DataFrame:
+    """The records of ``pieces`` in order, each piece one Spark partition in offset
+    order: a positional file is one already; a segment's files with ``seq`` are read
+    together into one partition and sorted within it (no shuffle)."""
+    from functools import reduce
+
+    parts = []
+    for piece in pieces:
+        if piece[0].positional:
+            parts.append(
+                _file_by_file(spark, storage, topic, piece, types, one_partition_each=True)
+            )
+        else:
+            rows = _file_by_file(spark, storage, topic, piece, types).coalesce(1)
+            parts.append(rows.sortWithinPartitions("offset"))
+    return reduce(lambda a, b: a.unionAll(b), parts)
 
 
 def _as_envelopes(rows: DataFrame, parts: Sequence[str]) -> DataFrame:

@@ -1,0 +1,52 @@
+"""What one sink delivery reads: whole pieces of each partition, within a budget.
+
+A delivery reads from each assigned partition's position up to where a piece ends
+(:meth:`~herder.dataplane.metadata.PartitionState.piece_ends`), within ``max_records``
+records in all. For a sink that writes an output per offset range
+(:attr:`~herder.connect.SinkTask.offset_ranged`) a delivery also takes at most
+:data:`~herder.dataplane.reader.MAX_FILES_UNIONED` pieces of a topic, as many as a read
+keeps one Spark partition each: every range it puts is then a whole piece, and the
+outputs it names by their ranges' first offsets are those any other instance of the
+task writes from the same position, however much more or less it finds to read. That is
+what keeps a zombie's late delivery (a paused worker's, say) from writing records twice
+beside its successor's outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from herder.connect import TopicPartition
+from herder.dataplane.metadata import PartitionState
+from herder.dataplane.reader import MAX_FILES_UNIONED
+
+
+@dataclass
+class DeliveryPlan:
+    """Fed each partition's position and state in turn; says what to read."""
+
+    budget: int
+    ranged: bool
+    #: ``[position, stop)`` of each partition to read, by topic
+    by_topic: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
+    #: where each partition read reaches
+    reached: dict[TopicPartition, int] = field(default_factory=dict)
+    _pieces_left: dict[str, int] = field(default_factory=dict)
+
+    def wants(self, topic: str) -> bool:
+        """Whether this delivery can take more of ``topic``."""
+        return self.budget > 0 and self._pieces_left.get(topic, MAX_FILES_UNIONED) > 0
+
+    def take(self, tp: TopicPartition, position: int, state: PartitionState | None) -> None:
+        """Read ``tp`` from ``position``, as much as the plan allows."""
+        if state is None or not self.wants(tp.topic):
+            return
+        left = self._pieces_left.get(tp.topic, MAX_FILES_UNIONED) if self.ranged else None
+        stop = state.read_stop(position, self.budget, left)
+        if stop <= position:
+            return
+        if left is not None:
+            self._pieces_left[tp.topic] = max(0, left - state.pieces_between(position, stop))
+        self.budget -= stop - position
+        self.by_topic.setdefault(tp.topic, {})[tp.partition] = (position, stop)
+        self.reached[tp] = stop
