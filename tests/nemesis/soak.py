@@ -611,10 +611,18 @@ class Soak:
             _canonical(json.dumps({"id": i, "tag": f"row-{i}"})) for i in range(rows_total)
         ]
 
+        eo_last = eo_expected.rsplit(b"\n", 2)[-2] + b"\n" if eo_expected else b""
+        dir_wanted = set(dir_expected)
+
         def delivered() -> bool:
+            # every fed line there, not only as many bytes: a sink that wrote some lines
+            # twice must not cut the wait short and have its tail counted as lost
             self.sample()
-            return len(self._eo_output()) >= len(eo_expected) and len(self._dir_output()) >= len(
-                dir_expected
+            eo = self._eo_output()
+            return (
+                len(eo) >= len(eo_expected)
+                and eo_last in eo
+                and dir_wanted <= {_canonical(line) for line in self._dir_output()}
             )
 
         with contextlib.suppress(AssertionError):
