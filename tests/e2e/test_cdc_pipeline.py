@@ -269,7 +269,7 @@ def wait_until_equal(server: PostgresServer, db: str, tables: list[Table], clust
         raise AssertionError(f"{exc}\n{sample_differences(server, db, tables)}") from None
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)
 def test_a_replica_equals_its_source_after_kill_9_in_the_snapshot_and_in_the_stream(
     cluster: Cluster, logical_postgres: PostgresServer, logical_database: str
 ) -> None:
@@ -278,11 +278,13 @@ def test_a_replica_equals_its_source_after_kill_9_in_the_snapshot_and_in_the_str
     create_tables(logical_postgres, db, tables, rows=600)
     cluster.start_worker()
     cluster.start_worker()
-    with Writer(logical_postgres, db, tables, seed=27, pause=0.05) as writer:
+    # (a snapshot reads rows inserted past its end too: a writer that inserts faster than
+    # a loaded machine reads chunks would keep it from ending)
+    with Writer(logical_postgres, db, tables, seed=27, pause=0.1) as writer:
         cluster.create(
             "capture",
-            capture_config(logical_postgres, db, tables, snapshot_chunk_rows="250",
-                           snapshot_split_rows="250"),
+            capture_config(logical_postgres, db, tables, snapshot_chunk_rows="300",
+                           snapshot_split_rows="300"),
         )  # fmt: skip
         cluster.create("replica", replica_config(logical_postgres, db, tables))
 
@@ -305,7 +307,7 @@ def test_a_replica_equals_its_source_after_kill_9_in_the_snapshot_and_in_the_str
             return owner if offset is not None and not snapshotting(offset) else None
 
         # the second kill: once the snapshot is done, while the stream is committed
-        owner = wait_until(streaming_owner, timeout=300, interval=0.2, what="the stream")
+        owner = wait_until(streaming_owner, timeout=600, interval=0.2, what="the stream")
         streamed_from = source_offset(cluster, "capture")
         before = writer.count
 
