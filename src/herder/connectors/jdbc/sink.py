@@ -9,7 +9,8 @@ batch becomes rows of
 the table ``table.name.format`` names, whose columns are the key's (``pk.mode``) and
 the value's fields (``fields.whitelist``). With ``auto.create`` a missing table is
 created from the records' schema, with ``auto.evolve`` a field the table lacks becomes
-``ALTER TABLE … ADD COLUMN``.
+``ALTER TABLE … ADD COLUMN`` and a field whose type grew wider upstream (``integer`` to
+``bigint``, ``real`` to ``double precision``) widens its column.
 
 **Exactly once.** Each ``put`` has Spark's executors copy the batch, in parallel and
 through PostgreSQL's binary COPY (ADBC's bulk ingest), into a staging table of its
@@ -122,7 +123,8 @@ class JdbcSinkConnector(SinkConnector):
             .define(AUTO_CREATE, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
                     documentation="Create a missing table from the records' schema.")
             .define(AUTO_EVOLVE, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
-                    documentation="Add a column for a field the table lacks.")
+                    documentation="Add a column for a field the table lacks; widen one"
+                    " whose field's integer or float type grew wider.")
             .define(DELETE_ENABLED, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
                     documentation="A tombstone (null value) deletes its key's row; needs"
                     " pk.mode=record_key.")
