@@ -52,20 +52,21 @@ def batch(spark: SparkRuntime, logical_postgres: PostgresServer, logical_databas
         task.stop()
 
 
-def unwrapped(batch: SourceBatch, **options: str) -> list[tuple[Any, Any]]:
-    """(key, row) of each record the chain keeps, in order; the row decoded from its
-    typed value (None for a tombstone)."""
-    from pyspark.sql import functions as F
-
-    from herder.dataplane.records import HEADERS_DDL
-    from herder.dataplane.schemas import distinct_schemas, merged_struct, with_decoded
-
-    config = {
+def unwrap_config(**options: str) -> dict[str, str]:
+    return {
         "transforms": "unwrap",
         "transforms.unwrap.type": UNWRAP,
         **{f"transforms.unwrap.{k.replace('_', '.')}": v for k, v in options.items()},
     }
-    df = batch.data.select(
+
+
+def sink_records(batch: SourceBatch) -> Any:
+    """The batch's records as a sink task is given them."""
+    from pyspark.sql import functions as F
+
+    from herder.dataplane.records import HEADERS_DDL
+
+    return batch.data.select(
         "topic",
         F.lit(0).alias("partition"),
         F.monotonically_increasing_id().alias("offset"),
@@ -74,8 +75,17 @@ def unwrapped(batch: SourceBatch, **options: str) -> list[tuple[Any, Any]]:
         "value",
         F.lit(None).cast(HEADERS_DDL).alias("headers"),
     )
-    chain = TransformChain.from_settings(config)
-    out = chain.apply(df, sink=True)
+
+
+def unwrapped(batch: SourceBatch, **options: str) -> list[tuple[Any, Any]]:
+    """(key, row) of each record the chain keeps, in order; the row decoded from its
+    typed value (None for a tombstone)."""
+    from pyspark.sql import functions as F
+
+    from herder.dataplane.schemas import distinct_schemas, merged_struct, with_decoded
+
+    chain = TransformChain.from_settings(unwrap_config(**options))
+    out = chain.apply(sink_records(batch), sink=True)
     assert out.where(F.col("_error").isNotNull()).count() == 0
     rows = out.select("offset", "key", chain.output("value").alias("value"))
     key_schema = merged_struct(distinct_schemas(rows, "key"))
@@ -115,3 +125,25 @@ def test_rewrite_marks_deletes_and_add_fields_copies_the_envelope(batch: SourceB
     ]
     assert all(r["__lsn"] > 0 and r["__source_ts_ms"] > 0 for _, r in rows)
     assert rows[3][1]["name"] == "ink"  # the row as it was before its delete
+
+
+def test_with_schemas_enabled_the_row_comes_out_typed(batch: SourceBatch) -> None:
+    """JsonConverter with ``schemas.enable=true`` gives the envelopes as typed values:
+    the row comes out typed, with its columns' types and the added fields', so a sink
+    (DirectorySink's Parquet, JdbcSink) writes those types."""
+    config = unwrap_config(delete_handling_mode="rewrite", add_fields="op,lsn")
+    config["value.converter.schemas.enable"] = "true"
+    chain = TransformChain.from_settings(config)
+    out = chain.apply(sink_records(batch), sink=True)
+    rows = out.select("offset", chain.output("value").alias("value")).orderBy("offset")
+    assert rows.schema["value"].dataType.simpleString() == (
+        "struct<id:int,name:string,price:decimal(8,2),__op:string,__lsn:bigint,__deleted:string>"
+    )
+    found = [r["value"].asDict() for r in rows.collect()]
+    assert [(r["id"], r["name"], r["price"], r["__op"], r["__deleted"]) for r in found] == [
+        (1, "pen", Decimal("1.50"), "c", "false"),
+        (2, "ink", Decimal("3.00"), "c", "false"),
+        (1, "pen", Decimal("1.75"), "u", "false"),
+        (2, "ink", Decimal("3.00"), "d", "true"),
+    ]
+    assert all(r["__lsn"] > 0 for r in found)

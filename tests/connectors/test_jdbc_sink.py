@@ -294,3 +294,29 @@ def test_validate_refuses_keys_that_do_not_go_together(
     wrong = errors(connection_password="nope")
     assert "password authentication failed" in wrong["connection.password"][0]
     assert errors() == {}
+
+
+def test_auto_evolve_widens_a_column_whose_field_became_a_wider_integer(
+    spark: SparkRuntime, postgres: PostgresServer, database: str
+) -> None:
+    settings = config(database, auto_create="true", auto_evolve="true", insert_mode="upsert",
+                      pk_mode="record_key")  # fmt: skip
+    task, _ = sink_task(settings, [TP])
+    try:
+        put(task, records(spark, [(0, {"id": 1}, {"id": 1, "n": 7})], "id int, n int", "id int"),
+            1)  # fmt: skip
+        # the source's column became a bigint (ALTER COLUMN n TYPE bigint), and holds more
+        wide = {"id": 2, "n": 5_000_000_000}
+        put(task, records(spark, [(1, {"id": 2}, wide)], "id int, n long", "id int"), 2)
+    finally:
+        task.stop()
+    db = dbname(database)
+    assert postgres.execute("SELECT id, n FROM orders ORDER BY id", db) == [
+        (1, 7),
+        (2, 5_000_000_000),
+    ]
+    assert postgres.execute(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+        " WHERE attrelid = 'orders'::regclass AND attname = 'n'",
+        db,
+    ) == [("bigint",)]

@@ -18,7 +18,11 @@ schema-and-payload object), so a CDC topic feeds JdbcSink upserts directly:
 Truncate events are dropped (a row sink has nothing to write for them); records that
 are not change events (heartbeats, other producers' records) pass untouched. The value
 is read as JSON: the value converter with ``schemas.enable=false`` (its default) shows a
-typed record's envelope as a plain object, which this transform reads whole.
+typed record's envelope as a plain object, which this transform reads whole. With
+``value.converter.schemas.enable=true`` the chain gives the envelopes as typed values
+(Spark structs, their schema in their type, not in the value), and the row comes out
+typed too: the ``after`` struct, the added fields appended, so a sink writes it with
+its columns' types as it would a table's rows.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from herder.dataplane.transforms.builtin import BuiltInTransformation, is_absent
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+    from pyspark.sql.types import StructType
 
 DELETE_HANDLING = "delete.handling.mode"
 DROP_TOMBSTONES = "drop.tombstones"
@@ -50,6 +55,7 @@ class ExtractNewRecordState(BuiltInTransformation):
 
     class_name: ClassVar[str] = "io.debezium.transforms.ExtractNewRecordState"
     reads: ClassVar[frozenset[str]] = frozenset({VALUE})
+    typed = True
 
     @classmethod
     def config_def(cls) -> ConfigDef:
@@ -84,9 +90,66 @@ class ExtractNewRecordState(BuiltInTransformation):
         kind = "int64" if path.rsplit(".", 1)[1] in _INT64_FIELDS else "string"
         return json.dumps({"field": name, "type": kind, "optional": True})
 
-    def apply(self, record: Record) -> Outcome:
+    def _keep(self, record: Record, deleted: Column, truncated: Column) -> Column:
+        """Which records stay: not tombstones (``drop.tombstones``), deletes (``drop``)
+        nor truncates."""
         from pyspark.sql import functions as F
 
+        keep = F.lit(True)
+        if self.drop_tombstones:
+            keep = ~record.is_null(VALUE)
+        if self.delete_mode == DROP:
+            keep = keep & ~F.coalesce(deleted, F.lit(False))
+        return keep & ~F.coalesce(truncated, F.lit(False))
+
+    def _typed(self, record: Record, dtype: StructType) -> Outcome:
+        """The row of typed change events: ``after`` (``before`` for a rewritten
+        delete), with the added fields, as a struct of its own type."""
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        value = record.part(VALUE)
+        op = value["op"]
+        deleted = op == "d"
+        source = dtype["source"].dataType if "source" in dtype.names else None
+        row_type = dtype["after"].dataType
+        if not isinstance(row_type, T.StructType):
+            return Outcome()  # not Debezium's envelope: its rows are structs
+        row = F.when(deleted, value["before"]).otherwise(value["after"])
+        # every column optional: the key's is not in a delete's ``after``
+        fields = [T.StructField(f.name, f.dataType, True) for f in row_type.fields]
+        for name, path in self.added:
+            kind = T.LongType() if path.rsplit(".", 1)[1] in _INT64_FIELDS else T.StringType()
+            field_name = path.removeprefix("$.").removeprefix("source.")
+            if path.startswith("$.source."):
+                known = isinstance(source, T.StructType) and field_name in source.names
+                column = value["source"][field_name] if known else F.lit(None)
+            else:
+                column = value[field_name] if field_name in dtype.names else F.lit(None)
+            row = row.withField(name, column.cast(kind))
+            fields.append(T.StructField(name, kind, True))
+        if self.delete_mode == REWRITE:
+            flag = F.when(deleted, F.lit("true")).otherwise(F.lit("false"))
+            row = row.withField(self.prefix + DELETED, flag)
+            fields.append(T.StructField(self.prefix + DELETED, T.StringType(), True))
+        new_type = T.StructType(fields)
+        if self.delete_mode == NONE:
+            row = F.when(deleted, F.lit(None).cast(new_type)).otherwise(row)
+        return Outcome(
+            updates={VALUE: row.cast(new_type)},
+            keep=self._keep(record, deleted, op == "t"),
+            types={VALUE: new_type},
+        )
+
+    def apply(self, record: Record) -> Outcome:
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        dtype = record.type_of(VALUE)
+        if dtype is not None:
+            if isinstance(dtype, T.StructType) and {"op", "before", "after"} <= set(dtype.names):
+                return self._typed(record, dtype)
+            return Outcome()  # typed records that are not change events pass untouched
         value = record.part(VALUE)
         payload_field = F.try_variant_get(value, "$.payload", "variant")
         schema = F.try_variant_get(value, "$.schema", "variant")
@@ -137,10 +200,6 @@ class ExtractNewRecordState(BuiltInTransformation):
             unwrapped = F.when(deleted, F.lit(None).cast("variant")).otherwise(unwrapped)
         new_value = F.when(is_change & (op != "t"), unwrapped).otherwise(value)
 
-        keep = F.lit(True)
-        if self.drop_tombstones:
-            keep = ~record.is_null(VALUE)
-        if self.delete_mode == DROP:
-            keep = keep & ~F.coalesce(deleted, F.lit(False))
-        keep = keep & ~F.coalesce(is_change & (op == "t"), F.lit(False))
-        return Outcome(updates={VALUE: new_value}, keep=keep)
+        return Outcome(
+            updates={VALUE: new_value}, keep=self._keep(record, deleted, is_change & (op == "t"))
+        )

@@ -9,7 +9,8 @@ batch becomes rows of
 the table ``table.name.format`` names, whose columns are the key's (``pk.mode``) and
 the value's fields (``fields.whitelist``). With ``auto.create`` a missing table is
 created from the records' schema, with ``auto.evolve`` a field the table lacks becomes
-``ALTER TABLE … ADD COLUMN``.
+``ALTER TABLE … ADD COLUMN`` and a field whose type grew wider upstream (``integer`` to
+``bigint``, ``real`` to ``double precision``) widens its column.
 
 **Exactly once.** Each ``put`` has Spark's executors copy the batch, in parallel and
 through PostgreSQL's binary COPY (ADBC's bulk ingest), into a staging table of its
@@ -122,7 +123,8 @@ class JdbcSinkConnector(SinkConnector):
             .define(AUTO_CREATE, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
                     documentation="Create a missing table from the records' schema.")
             .define(AUTO_EVOLVE, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
-                    documentation="Add a column for a field the table lacks.")
+                    documentation="Add a column for a field the table lacks; widen one"
+                    " whose field's integer or float type grew wider.")
             .define(DELETE_ENABLED, Type.BOOLEAN, default=False, importance=Importance.MEDIUM,
                     documentation="A tombstone (null value) deletes its key's row; needs"
                     " pk.mode=record_key.")
@@ -586,7 +588,15 @@ class JdbcSinkTask(SinkTask):
             log.info("JdbcSink %s: created %s", self.connector, table)
             return
         missing = [f for f in fields if f.name not in existing]
-        if not missing:
+        # a column whose records' type grew wider upstream (integer to bigint): its old
+        # type would refuse the values that need the new one
+        widened = {
+            f.name: wanted
+            for f in fields
+            if f.name in existing
+            and widens(existing[f.name], wanted := pg_type_of(f.dataType, where))
+        }
+        if not missing and not (widened and self.settings[AUTO_EVOLVE]):
             return
         if not self.settings[AUTO_EVOLVE]:
             raise DatabaseError(
@@ -598,9 +608,21 @@ class JdbcSinkTask(SinkTask):
                 f" {pg_type_of(f.dataType, f'{where}, column {f.name!r}')}"
                 for f in missing
             ],
+            *[
+                f"ALTER TABLE {table.sql} ALTER COLUMN {quote(name)} TYPE {wanted}"
+                for name, wanted in widened.items()
+            ],
             what=where,
         )
-        log.info("JdbcSink %s: added %s to %s", self.connector, [f.name for f in missing], table)
+        if missing:
+            log.info(
+                "JdbcSink %s: added %s to %s", self.connector, [f.name for f in missing], table
+            )
+        for name, wanted in widened.items():
+            log.info(
+                "JdbcSink %s: widened column %s of %s from %s to %s",
+                self.connector, name, table, existing[name], wanted,
+            )  # fmt: skip
 
     def _columns(self, table: TableId) -> dict[str, str]:
         try:
@@ -763,6 +785,19 @@ class JdbcSinkTask(SinkTask):
             conn.close()
         except Exception:
             log.debug("JdbcSink %s: close failed", self.connector, exc_info=True)
+
+
+#: Column types each of which holds every value of those before it.
+_WIDENING = (("smallint", "integer", "bigint"), ("real", "double precision"))
+
+
+def widens(current: str, wanted: str) -> bool:
+    """Whether column type ``wanted`` is a wider kind of ``current`` (``integer`` →
+    ``bigint``, ``real`` → ``double precision``), as a source's column widened."""
+    for ladder in _WIDENING:
+        if current in ladder and wanted in ladder:
+            return ladder.index(wanted) > ladder.index(current)
+    return False
 
 
 def _copy_partition(
