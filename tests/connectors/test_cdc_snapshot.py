@@ -129,6 +129,41 @@ def test_a_crash_mid_snapshot_resumes_after_the_last_committed_chunk(
     assert sorted(ids) == list(range(1, ROWS + 1))  # each row once, none lost
 
 
+def test_a_snapshot_ends_at_the_highest_key_its_table_had_when_it_began(
+    spark: SparkRuntime, logical_postgres: PostgresServer, stock: str
+) -> None:
+    """Rows inserted above that key while the snapshot runs come by the stream, so a
+    table that grows faster than its chunks are read is snapshotted all the same."""
+    db = dbname(stock)
+    offsets = Offsets()
+    task = cdc_task(config(logical_postgres, stock), offsets)
+    rows: dict[int, dict[str, Any]] = {}
+    try:
+        polled = poll_batch(task, offsets)
+        replay(polled, rows)
+        # more rows than several chunks hold, all above the table's highest key
+        logical_postgres.execute(
+            "INSERT INTO stock SELECT i, 'new ' || i, i, now()"
+            f" FROM generate_series({ROWS + 1}, {ROWS + 5000}) i",
+            db,
+        )
+        for _ in range(2):  # the two chunks left of the 2,500 rows, and the inserts
+            more = poll_batch(task, offsets)
+            replay(more, rows)
+            polled += more
+        (offset,) = offsets.committed.values()
+        assert not offset.get("snapshot_tables"), "the snapshot is over after its 2,500 rows"
+        read = [k["id"] for _, k, v in polled if k is not None and v is not None and v["op"] == "r"]
+        assert sorted(read) == list(range(1, ROWS + 1))
+        while len(rows) < ROWS + 5000:  # the inserts, as created
+            more = poll_batch(task, offsets)
+            assert more, "the stream brings every inserted row"
+            replay(more, rows)
+        assert rows == table(logical_postgres, stock)
+    finally:
+        task.stop()
+
+
 def test_a_table_without_a_primary_key_cannot_be_snapshotted(
     spark: SparkRuntime, logical_postgres: PostgresServer, logical_database: str
 ) -> None:

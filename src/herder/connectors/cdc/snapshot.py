@@ -30,26 +30,38 @@ _INTEGER_TYPES = ("smallint", "integer", "bigint")
 
 @dataclass(frozen=True)
 class SnapshotProgress:
-    """What is left of a snapshot: tables to read (the first one in progress), and the
-    last key of the first one's finished chunks (None before its first chunk)."""
+    """What is left of a snapshot: tables to read (the first one in progress), the last
+    key of the first one's finished chunks (None before its first chunk), and the
+    highest key it had when its snapshot began (None before its first chunk).
+
+    The snapshot of a table ends at that key, as Flink CDC's incremental snapshot
+    does: rows inserted above it while the snapshot runs come by the stream, so a
+    table that grows faster than its chunks are read is snapshotted all the same.
+    """
 
     tables: tuple[str, ...]
     after: int | None = None
+    until: int | None = None
 
     def to_offset(self) -> dict[str, Any]:
-        return {"snapshot_tables": list(self.tables), "snapshot_after": self.after}
+        return {
+            "snapshot_tables": list(self.tables),
+            "snapshot_after": self.after,
+            "snapshot_until": self.until,
+        }
 
     @classmethod
     def from_offset(cls, offset: dict[str, Any]) -> SnapshotProgress | None:
         tables = offset.get("snapshot_tables")
         if not tables:
             return None
-        return cls(tuple(tables), offset.get("snapshot_after"))
+        return cls(tuple(tables), offset.get("snapshot_after"), offset.get("snapshot_until"))
 
-    def chunk_done(self, last: int | None) -> SnapshotProgress | None:
-        """After the chunk ending at ``last`` (None: the table is done)."""
+    def chunk_done(self, last: int | None, until: int | None = None) -> SnapshotProgress | None:
+        """After the chunk ending at ``last`` (None: the table is done), of a snapshot
+        that ends at key ``until``."""
         if last is not None:
-            return SnapshotProgress(self.tables, last)
+            return SnapshotProgress(self.tables, last, until if until is not None else self.until)
         rest = self.tables[1:]
         return SnapshotProgress(rest) if rest else None
 
@@ -70,10 +82,26 @@ def splittable(shape: TableShape) -> bool:
     return len(shape.key) == 1 and types[shape.key[0]] in _INTEGER_TYPES
 
 
+def snapshot_end(query: Any, shape: TableShape) -> int | None:
+    """The highest key of a splittable table now, where its snapshot will end; None
+    for an empty table (or one that is read in one piece)."""
+    if not splittable(shape):
+        return None
+    key = quote(shape.key[0])
+    high = query(f"SELECT max({key}) FROM {shape.table.sql}")[0]
+    return None if high is None else int(high)
+
+
 def plan_chunk(
-    query: Any, shape: TableShape, after: int | None, chunk_rows: int, split_rows: int
+    query: Any,
+    shape: TableShape,
+    after: int | None,
+    chunk_rows: int,
+    split_rows: int,
+    until: int | None = None,
 ) -> Chunk | None:
-    """The next chunk of ``shape``'s table past key ``after``, or None when it is done.
+    """The next chunk of ``shape``'s table past key ``after`` and up to key ``until``
+    (see :class:`SnapshotProgress`), or None when it is done.
 
     ``query(sql)`` runs a query and returns its first row.
     """
@@ -85,6 +113,8 @@ def plan_chunk(
         return Chunk(table, ("TRUE",), None, -1)
     key = quote(shape.key[0])
     past = f"{key} > {int(after)}" if after is not None else "TRUE"
+    if until is not None:
+        past += f" AND {key} <= {int(until)}"
     row = query(
         f"SELECT count(*), min(k), max(k) FROM (SELECT {key} AS k FROM {table.sql}"
         f" WHERE {past} ORDER BY {key} LIMIT {int(chunk_rows)}) AS c"
@@ -102,7 +132,8 @@ def plan_chunk(
         pieces.append(f"{key} >= {start} AND {key} < {end}")
         start = end
     # the last chunk of a table runs to its end: rows inserted past it come by the stream
-    return Chunk(table, tuple(pieces), high if rows == chunk_rows else None, rows)
+    last = high if rows == chunk_rows and (until is None or high < until) else None
+    return Chunk(table, tuple(pieces), last, rows)
 
 
 def read_chunk(session: SparkSession, dsn: str, shape: TableShape, chunk: Chunk) -> DataFrame:

@@ -42,6 +42,7 @@ from herder.connectors.cdc.snapshot import (
     SnapshotProgress,
     plan_chunk,
     read_chunk,
+    snapshot_end,
     snapshot_events,
 )
 from herder.connectors.jdbc.postgres import (
@@ -520,13 +521,16 @@ class PostgresCdcSourceTask(SourceTask):
         table = TableId.parse(progress.tables[0])
         shape = self._table_shape(table)
         chunk = None
+        until = progress.until
         if shape is not None:
+
+            def query(sql: str) -> Any:
+                return self.slot.rows(sql)[0]
+
+            if progress.after is None:
+                until = snapshot_end(query, shape)
             chunk = plan_chunk(
-                lambda sql: self.slot.rows(sql)[0],
-                shape,
-                progress.after,
-                self.chunk_rows,
-                self.split_rows,
+                query, shape, progress.after, self.chunk_rows, self.split_rows, until
             )
         if shape is None or chunk is None:
             self.snapshot = progress.chunk_done(None)
@@ -545,7 +549,7 @@ class PostgresCdcSourceTask(SourceTask):
                 for k in (r["key"] for r in run.rows)
                 if k is not None
             ]
-        after = progress.chunk_done(chunk.last)
+        after = progress.chunk_done(chunk.last, until)
         now = int(time.time() * 1000)
         source = source_block(
             shape, self.prefix, self.database.database, now, "true" if after else "last",
