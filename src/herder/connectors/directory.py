@@ -202,7 +202,8 @@ class _Listing:
 
 
 class DirectorySourceTask(SourceTask):
-    """Each poll: the directory's unread files, oldest first, as one SourceBatch."""
+    """Each poll: the unread files of the directory that are this task's, oldest first,
+    as one SourceBatch."""
 
     def version(self) -> str:
         return VERSION
