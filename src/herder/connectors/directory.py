@@ -11,7 +11,12 @@ struct of the row's columns with the file's types, carried natively in the topic
 (:mod:`herder.dataplane.typed`). A file is read once:
 files are expected to arrive whole (written elsewhere and moved in, or written under a
 name starting with ``.`` or ``_``, which are skipped, and renamed when done); a file
-that changes after it was read is not read again.
+that changes after it was read is not read again. With ``tasks.max`` above 1 the files
+are shared out among the tasks by a hash of their names (BLAKE2b modulo the number of
+tasks), so each file has one reader and a directory of many files is read by several
+tasks at once; each task's batches go to the topic's partitions like any keyless
+records (one partition a batch, rotating), so a topic of several partitions fills
+evenly.
 
 **DirectorySink** writes each batch it is given with Spark, as Parquet, CSV, JSON lines
 or text, in files named ``<topic>+<partition>+<base offset, 20 digits>.<format>``, each
@@ -51,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import hashlib
 import itertools
 import logging
 import os
@@ -106,7 +112,8 @@ SOURCE_FORMATS = ("parquet", "csv", "json")
 SINK_FORMATS = ("parquet", "csv", "json", "text")
 _EXTENSIONS = {"parquet": "parquet", "csv": "csv", "json": "json", "text": "txt"}
 TEMP_DIR = "_tmp"
-#: Set on each DirectorySink task's config: its number, and how many tasks there are.
+#: Set on each DirectorySource and DirectorySink task's config: its number, and how many
+#: tasks there are.
 TASK_INDEX = "task.index"
 TASK_COUNT = "task.count"
 _TEMP = re.compile(r"task(?P<index>\d+)-(?P<run>[0-9a-f]{32})-\d+")
@@ -119,7 +126,8 @@ _PART = re.compile(r"part-(?P<index>\d+)-")
 
 
 class DirectorySourceConnector(SourceConnector):
-    """New files of ``directory`` (``format``: parquet, csv or json) into ``topic``; one task."""
+    """New files of ``directory`` (``format``: parquet, csv or json) into ``topic``, shared
+    out among up to ``tasks.max`` tasks by file name."""
 
     def version(self) -> str:
         return VERSION
@@ -161,8 +169,12 @@ class DirectorySourceConnector(SourceConnector):
         return DirectorySourceTask
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        # one lister per directory: two would read each new file twice
-        return [dict(self.config)]
+        # every task lists the directory, and reads the files whose names hash to it: two
+        # tasks never read the same file
+        return [
+            {**self.config, TASK_INDEX: str(i), TASK_COUNT: str(max_tasks)}
+            for i in range(max_tasks)
+        ]
 
     def stop(self) -> None:
         return None
@@ -190,7 +202,8 @@ class _Listing:
 
 
 class DirectorySourceTask(SourceTask):
-    """Each poll: the directory's unread files, oldest first, as one SourceBatch."""
+    """Each poll: the unread files of the directory that are this task's, oldest first,
+    as one SourceBatch."""
 
     def version(self) -> str:
         return VERSION
@@ -207,6 +220,9 @@ class DirectorySourceTask(SourceTask):
         self.poll_interval = settings[POLL_INTERVAL_MS] / 1000
         self.typed: bool = settings[SCHEMAS_ENABLE]
         self.listing = _Listing(self.directory)
+        # a config written before files were shared out (no task.count) reads them all
+        self.task_index = int(config.get(TASK_INDEX, "0"))
+        self.task_count = int(config.get(TASK_COUNT, "1"))
         #: files read (committed, or returned in a batch since this task started)
         self.read: set[str] = set()
         self._stopping = threading.Event()
@@ -221,6 +237,7 @@ class DirectorySourceTask(SourceTask):
             if info.base_name not in self.read
             and not hidden(info.base_name)
             and fnmatch.fnmatchcase(info.base_name, self.pattern)
+            and self.owns(info.base_name)
         ]
         if not fresh:
             return []
@@ -233,6 +250,15 @@ class DirectorySourceTask(SourceTask):
             else:
                 self.read.add(info.base_name)
         return unread
+
+    def owns(self, name: str) -> bool:
+        """Whether file ``name`` is this task's to read (see the module's docstring)."""
+        if self.task_count == 1:
+            return True
+        # a well-mixed hash: CRC-32 of names that differ in a digit or two (part-1,
+        # part-2, ...) falls into a few residues only
+        digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") % self.task_count == self.task_index
 
     def poll(self) -> SourceBatch | None:
         deadline = time.monotonic() + self.poll_interval

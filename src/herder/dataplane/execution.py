@@ -759,7 +759,12 @@ class SinkExecution(_Execution):
             if tp in self.context.paused() or not plan.wants(tp.topic):
                 continue
             if tp.topic not in states:
-                states[tp.topic] = {s.partition: s for s in await self.topics.partitions(tp.topic)}
+                # only the partitions assigned to this task: with many tasks, each
+                # following every partition's segment log would multiply the reads
+                mine = sorted(p.partition for p in self.positions if p.topic == tp.topic)
+                states[tp.topic] = {
+                    s.partition: s for s in await self.topics.partitions(tp.topic, mine)
+                }
             plan.take(tp, position, states[tp.topic].get(tp.partition))
         by_topic, reached = plan.by_topic, plan.reached
         if not reached:

@@ -1,0 +1,409 @@
+"""A partitioned topic written and read by 1, 2 and 4 tasks, against plain Spark doing the same.
+
+    python bench/partitions.py [--records N] [--files F] [--row-bytes B] [--tasks 1,2,4]
+                               [--partitions P] [--batch-files K] [--warmup-runs W]
+                               [--driver-memory 1g] [--tmp-dir D] [--pretty]
+
+The input is F JSON-lines files (default 64) holding N rows (default 1,000,000) of
+about B bytes (default 100), ``{"id":…,"pad":"…"}``. For each task count T of
+``--tasks`` it measures, in one run, on 127.0.0.1 with fresh temporary directories:
+
+* **herder**: one ensemble server and two workers (``herder worker start``, Spark
+  ``local[*]`` each) in one group; a topic of P partitions (default 8, made with
+  ``herder topics create``); a DirectorySink (text) and a DirectorySource (json, with
+  the rows' schema given) with ``tasks.max=T`` each, RUNNING on an input directory that
+  does not exist yet. The source's tasks share the files out by name, each batch of K
+  files (``batch.max.files``, default 4) goes to one partition, rotating, and the sink's
+  T group members split the P partitions. The prepared directory is renamed into place
+  and the clock runs until the sink's files hold every row (their size is the input's:
+  the sink writes each row back as the same JSON). The output is then checked: every
+  id exactly once.
+* **plain Spark** (the anchor), in a process of its own with the workers' session
+  settings (``local[*]``): the same partitioned write and read with the same
+  parallelism — T threads each read their share of the files in batches of K and
+  write each batch as Parquet into one of P partition directories, rotating; then T
+  threads each read their P/T partitions and write them as text. (One JVM, where herder
+  has two: on a machine of two cores that favours the anchor.)
+
+Each T gets ``--warmup-runs`` untimed runs first (default 1) on both sides, so the
+JVMs' hot paths are compiled before the clock runs. The JSON has, per T, records/s of
+both and their ratio, and ``scaling``: records/s at each T over records/s at T=1 (on a
+machine of two cores the point is that it does not fall). Progress goes to stderr;
+every process started is stopped by PID in ``finally`` blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the ``bench`` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx
+
+from bench import _procs
+from bench.pipeline import HERDER, output_size, sink_files, start_ensemble, tree_cpu_seconds, until
+
+SCHEMA = "id long, pad string"
+WORKERS = 2
+
+
+# -- input ----------------------------------------------------------------------------------
+
+
+def write_input(directory: Path, records: int, files: int, row_bytes: int) -> int:
+    """``files`` JSON-lines files of ``records`` rows in all; returns their bytes. Rows
+    are written as Spark's ``to_json`` writes them, so the sink's output has the same size."""
+    directory.mkdir(parents=True)
+    pad = "x" * max(1, row_bytes - 30)
+    per, extra = divmod(records, files)
+    first = 0
+    for f in range(files):
+        count = per + (1 if f < extra else 0)
+        rows = "".join(f'{{"id":{i},"pad":"{pad}"}}\n' for i in range(first, first + count))
+        (directory / f"part-{f:05d}.json").write_text(rows)
+        first += count
+    return sum(p.stat().st_size for p in directory.iterdir())
+
+
+def check_output(directory: Path, records: int) -> bool:
+    """Whether the sink's files hold every id below ``records`` exactly once."""
+    seen = bytearray(records)
+    lines = 0
+    for path in sink_files(directory):
+        with open(path, "rb") as f:
+            for line in f:
+                lines += 1
+                i = int(line[6 : line.index(b",")])
+                if not 0 <= i < records or seen[i]:
+                    return False
+                seen[i] = 1
+    return lines == records
+
+
+# -- plain Spark ------------------------------------------------------------------------------
+
+
+def shares(items: Sequence[Any], count: int) -> list[list[Any]]:
+    """``items`` dealt out to ``count`` takers, contiguous and as even as can be."""
+    per, extra = divmod(len(items), count)
+    out, start = [], 0
+    for i in range(count):
+        n = per + (1 if i < extra else 0)
+        out.append(list(items[start : start + n]))
+        start += n
+    return out
+
+
+def anchor_child(spec: str) -> None:
+    """Runs in a process of its own: the partitioned write and read, timed per task count."""
+    from pyspark.sql import functions as F
+
+    from herder.dataplane.spark import SparkRuntime, SparkSettings
+
+    params = json.loads(spec)
+    session = SparkRuntime(SparkSettings.from_properties(params["spark"])).session
+    inputs = sorted(str(p) for p in Path(params["input"]).iterdir())
+    partitions, batch = params["partitions"], params["batch_files"]
+    results: dict[str, Any] = {}
+
+    def in_threads(work: list[list[Any]], job: Any) -> None:
+        threads = [threading.Thread(target=job, args=(i, w)) for i, w in enumerate(work)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    for tasks in params["tasks"]:
+        runs = []
+        for run in range(params["warmups"] + 1):
+            root = Path(params["work"]) / f"anchor-{tasks}-{run}"
+
+            def write(task: int, files: list[str], root: Path = root, tasks: int = tasks) -> None:
+                for n, start in enumerate(range(0, len(files), batch)):
+                    rows = session.read.schema(SCHEMA).json(files[start : start + batch])
+                    value = F.to_json(F.struct(*[F.col(c) for c in rows.columns]))
+                    p = (task + n * tasks) % partitions
+                    target = root / "topic" / f"partition={p}" / f"{task}-{n}"
+                    rows.select(value.alias("value")).write.parquet(str(target))
+
+            def read(task: int, mine: list[int], root: Path = root) -> None:
+                dirs = [str(root / "topic" / f"partition={p}") for p in mine]
+                dirs = [d for d in dirs if os.path.isdir(d)]
+                if dirs:
+                    paths = [f"{d}/*" for d in dirs]
+                    session.read.parquet(*paths).write.text(str(root / "out" / str(task)))
+
+            started = time.monotonic()
+            in_threads(shares(inputs, tasks), write)
+            written = time.monotonic()
+            in_threads(shares(list(range(partitions)), tasks), read)
+            done = time.monotonic()
+            runs.append({"write_s": written - started, "read_s": done - written})
+            shutil.rmtree(root, ignore_errors=True)
+        results[str(tasks)] = {"warmups": runs[:-1], "run": runs[-1]}
+    print(json.dumps(results), flush=True)
+
+
+def run_anchor(args: argparse.Namespace, input_dir: Path, work: Path) -> dict[str, Any]:
+    _procs.progress(f"plain Spark: partitioned write and read with {args.tasks} threads")
+    spec = {
+        "spark": {"spark.master": "local[*]", "spark.driver.memory": args.driver_memory},
+        "input": str(input_dir),
+        "work": str(work),
+        "tasks": args.tasks,
+        "partitions": args.partitions,
+        "batch_files": args.batch_files,
+        "warmups": args.warmup_runs,
+    }
+    command = [sys.executable, str(Path(__file__).resolve()), "--anchor-child", json.dumps(spec)]
+    figures = _procs.child_json(command, 3600, "the plain Spark run")
+    out = {}
+    for tasks in args.tasks:
+        run = figures[str(tasks)]["run"]
+        seconds = run["write_s"] + run["read_s"]
+        out[str(tasks)] = {
+            "seconds": round(seconds, 3),
+            "write_s": round(run["write_s"], 3),
+            "read_s": round(run["read_s"], 3),
+            "records_per_s": round(args.records / seconds),
+        }
+    return out
+
+
+# -- herder ---------------------------------------------------------------------------------
+
+
+class Cluster:
+    """One ensemble server and two workers in one group, and their REST APIs."""
+
+    def __init__(self, services: _procs.Services, work: Path, driver_memory: str) -> None:
+        self.server, client_port = start_ensemble(services, work)
+        self.bootstrap = f"127.0.0.1:{client_port}"
+        self.workers: list[_procs.Service] = []
+        self.urls: list[str] = []
+        for n in range(WORKERS):
+            rest_port = _procs.free_port()
+            config = work / f"worker-{n}.properties"
+            props = {
+                "group.id": "bench-partitions",
+                "bootstrap.servers": self.bootstrap,
+                "rest.host.name": "127.0.0.1",
+                "rest.port": rest_port,
+                "storage.root": str(work / "topics"),
+                "spark.master": "local[*]",
+                "spark.driver.memory": driver_memory,
+            }
+            config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            with _procs.children_ignore_sigint():
+                self.workers.append(
+                    services.start(
+                        f"worker-{n}", [*HERDER, "worker", "start", "--config", str(config)]
+                    )
+                )
+            self.urls.append(f"http://127.0.0.1:{rest_port}")
+        self.http = httpx.Client(timeout=60)
+        until(self.answering, 180, "the workers' REST APIs", interval=0.5)
+
+    def answering(self) -> bool:
+        for worker, url in zip(self.workers, self.urls, strict=True):
+            worker.check_alive()
+            try:
+                if self.http.get(f"{url}/connectors", timeout=2).status_code != 200:
+                    return False
+            except httpx.HTTPError:
+                return False
+        return True
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        command = [*HERDER, "topics", "create", name, "--partitions", str(partitions)]
+        # its output would mix with the figures on stdout
+        subprocess.run(
+            [*command, "--bootstrap", self.bootstrap], check=True, timeout=120, capture_output=True
+        )
+
+    def create(self, name: str, config: dict[str, str]) -> None:
+        reply = self.http.post(f"{self.urls[0]}/connectors", json={"name": name, "config": config})
+        if reply.status_code != 201:
+            raise RuntimeError(f"creating {name} failed: {reply.status_code} {reply.text}")
+
+    def delete(self, name: str) -> None:
+        self.http.delete(f"{self.urls[0]}/connectors/{name}")
+
+    def running(self, name: str, tasks: int) -> bool:
+        """Whether ``name`` has ``tasks`` tasks, all RUNNING (raises if one failed)."""
+        for worker in self.workers:
+            worker.check_alive()
+        reply = self.http.get(f"{self.urls[0]}/connectors/{name}/status")
+        found = reply.json().get("tasks", []) if reply.status_code == 200 else []
+        failed = [t for t in found if t["state"] == "FAILED"]
+        if failed:
+            raise RuntimeError(f"task of {name} failed:\n{failed[0].get('trace')}")
+        return len(found) == tasks and all(t["state"] == "RUNNING" for t in found)
+
+    def cpu_seconds(self) -> float:
+        return sum(tree_cpu_seconds(w.pid) for w in self.workers)
+
+
+def run_herder(
+    cluster: Cluster, args: argparse.Namespace, name: str, tasks: int, prepared: Path, work: Path
+) -> dict[str, Any]:
+    """DirectorySource → topic of P partitions → DirectorySink, ``tasks`` tasks each side."""
+    source, output = work / f"{name}-in", work / f"{name}-out"
+    cluster.create_topic(name, args.partitions)
+    cluster.create(
+        f"{name}-sink",
+        {"connector.class": "DirectorySink", "directory": str(output), "format": "text",
+         "topics": name, "tasks.max": str(tasks)},
+    )  # fmt: skip
+    cluster.create(
+        f"{name}-source",
+        {"connector.class": "DirectorySource", "directory": str(source), "format": "json",
+         "schema": SCHEMA, "topic": name, "tasks.max": str(tasks),
+         "batch.max.files": str(args.batch_files), "poll.interval.ms": "100"},
+    )  # fmt: skip
+    until(
+        lambda: cluster.running(f"{name}-sink", tasks) and cluster.running(f"{name}-source", tasks),
+        300,
+        f"{name}'s tasks RUNNING",
+    )
+    size = sum(p.stat().st_size for p in prepared.iterdir())
+    cpu = cluster.cpu_seconds()
+    started = time.monotonic()
+    os.rename(prepared, source)
+    deadline = started + 3600
+    checked = started
+    while output_size(output) < size:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{args.records} rows through {tasks} tasks took over 3600 s")
+        time.sleep(0.05)
+        if time.monotonic() - checked > 2:  # not too often: it costs the workers CPU
+            checked = time.monotonic()
+            cluster.running(f"{name}-source", tasks)
+    seconds = time.monotonic() - started
+    used = cluster.cpu_seconds() - cpu
+    exactly_once = check_output(output, args.records)
+    cluster.delete(f"{name}-source")
+    cluster.delete(f"{name}-sink")
+    shutil.rmtree(source, ignore_errors=True)
+    shutil.rmtree(output, ignore_errors=True)
+    return {
+        "seconds": round(seconds, 3),
+        "records_per_s": round(args.records / seconds),
+        "exactly_once": exactly_once,
+        "workers_cpu_s": round(used, 2),
+    }
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    work = Path(tempfile.mkdtemp(prefix="herder-bench-partitions-", dir=args.tmp_dir))
+    figures: dict[str, Any] = {
+        "benchmark": "partitions",
+        "records": args.records,
+        "files": args.files,
+        "row_bytes": args.row_bytes,
+        "partitions": args.partitions,
+        "batch_files": args.batch_files,
+        "workers": WORKERS,
+        "warmup_runs": args.warmup_runs,
+        "machine": _procs.machine_info(),
+    }
+    status = 0
+    try:
+        anchor_input = work / "anchor-input"
+        figures["input_bytes"] = write_input(anchor_input, args.records, args.files, args.row_bytes)
+        anchor = run_anchor(args, anchor_input, work)
+        results: dict[str, Any] = {}
+        with _procs.Services(work) as services:
+            cluster = Cluster(services, work, args.driver_memory)
+            try:
+                for tasks in args.tasks:
+                    for run_index in range(args.warmup_runs + 1):
+                        label = "warm-up" if run_index < args.warmup_runs else "measured"
+                        _procs.progress(f"herder: {tasks} tasks each side, {label} run")
+                        name = f"p{tasks}r{run_index}"
+                        prepared = work / f"{name}.prepared"
+                        write_input(prepared, args.records, args.files, args.row_bytes)
+                        result = run_herder(cluster, args, name, tasks, prepared, work)
+                    _procs.progress(f"herder, {tasks} tasks: {result['records_per_s']:,} rows/s")
+                    spark = anchor[str(tasks)]
+                    results[str(tasks)] = {
+                        "herder": result,
+                        "spark": spark,
+                        "ratio_to_spark": _procs.ratio(
+                            result["records_per_s"], spark["records_per_s"]
+                        ),
+                    }
+                    if not result["exactly_once"]:
+                        status = 1
+            finally:
+                cluster.http.close()
+        figures["tasks"] = results
+        base = results[str(args.tasks[0])]
+        figures["scaling"] = {
+            side: {
+                t: _procs.ratio(r[side]["records_per_s"], base[side]["records_per_s"])
+                for t, r in results.items()
+            }
+            for side in ("herder", "spark")
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return figures, status
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--files", type=int, default=64)
+    parser.add_argument("--row-bytes", type=int, default=100)
+    parser.add_argument("--tasks", default="1,2,4", help="task counts to measure, e.g. 1,2,4")
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--batch-files", type=int, default=4)
+    parser.add_argument("--warmup-runs", type=int, default=1)
+    parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--tmp-dir", default=None)
+    parser.add_argument("--pretty", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        args.tasks = [int(t) for t in args.tasks.split(",")]
+    except ValueError:
+        parser.error(f"--tasks must be whole numbers separated by commas, not {args.tasks!r}")
+    if any(t < 1 for t in args.tasks):
+        parser.error("--tasks must all be positive")
+    _procs.check_counts(
+        parser,
+        args,
+        positive=("records", "files", "partitions", "batch_files"),
+        non_negative=("warmup_runs",),
+    )
+    if args.records < args.files:
+        parser.error("--records must be at least --files")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--anchor-child"]:
+        anchor_child(argv[1])
+        return 0
+    args = parse_args(argv)
+    return _procs.run_and_report(lambda: run(args), pretty=args.pretty)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
