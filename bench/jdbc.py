@@ -332,6 +332,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "records": args.records,
         "columns": COLUMNS,
+        # the JdbcSource's batch.max.rows: how many batches (Spark jobs and commits) it
+        # reads the table in
+        "batch_max_rows": args.batch_rows,
         "spark": spark,
         "herder": herder,
     }

@@ -174,3 +174,75 @@ def test_a_table_without_a_primary_key_cannot_be_snapshotted(
             task.poll()
     finally:
         task.stop()
+
+
+def test_snapshot_events_are_the_envelopes_each_row_is_encoded_as(spark: SparkRuntime) -> None:
+    """A chunk's ``r`` events share their envelope's text, built once: every byte equals
+    what encoding each event whole gives, whatever its columns hold."""
+    from decimal import Decimal
+
+    from pyspark.sql import functions as F
+
+    from herder.connectors.cdc.events import TableShape, encoded, source_type
+    from herder.connectors.cdc.snapshot import snapshot_events
+    from herder.connectors.jdbc.postgres import Column, TableId
+
+    columns = (
+        Column("id", "bigint", False),
+        Column("note", "text"),
+        Column("placed", "timestamp without time zone"),
+        Column("seen", "timestamp with time zone"),
+        Column("amount", "numeric(12,2)"),
+        Column("paid", "boolean"),
+        Column("data", "bytea"),
+        Column("day", "date"),
+    )
+    shape = TableShape(TableId('odd "schema"', "t"), 'p.odd "schema".t', columns, ("id",))
+    moment = dt.datetime(2024, 5, 1, 12, 30, 0, 123456)
+    rows = spark.session.createDataFrame(
+        [
+            (
+                1,
+                'a "quoted",\nline: \u00e9\u4e2d',
+                moment,
+                moment,
+                Decimal("12.34"),
+                True,
+                b"\x00\xff",
+                dt.date(2024, 5, 1),
+            ),
+            (2, None, None, None, None, None, None, None),
+            (
+                3,
+                '"after":null',
+                moment,
+                moment,
+                Decimal("-0.01"),
+                False,
+                b"",
+                dt.date(1969, 12, 31),
+            ),
+        ],
+        schema=shape.row_type,
+    )
+    source = {f.name: None for f in source_type().fields} | {
+        "version": "2.7", "connector": "postgresql", "name": 'p "x"', "ts_ms": 17,
+        "snapshot": "true", "db": "d\u00e9", "schema": 'odd "schema"', "table": "t", "lsn": 99,
+    }  # fmt: skip
+    ts_ms = 1_714_566_600_000
+    got = snapshot_events(spark.session, rows, shape, [], source, ts_ms)
+    after = F.struct(*[F.col(f"`{c.name}`") for c in columns])
+    whole = F.struct(
+        F.lit(None).cast(shape.row_type).alias("before"),
+        after.alias("after"),
+        F.struct(
+            *[F.lit(source[f.name]).cast(f.dataType).alias(f.name) for f in source_type().fields]
+        ).alias("source"),
+        F.lit("r").alias("op"),
+        F.lit(ts_ms).cast("long").alias("ts_ms"),
+    )
+    expected = encoded(rows.select(F.struct(F.col("id")).alias("key"), whole.alias("value")), shape)
+    assert got.schema == expected.schema
+    got_rows = sorted(tuple(r) for r in got.collect())
+    assert got_rows == sorted(tuple(r) for r in expected.collect())
+    assert len(got_rows) == 3

@@ -41,7 +41,7 @@ from herder.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
 DECIMAL: Final = "org.apache.kafka.connect.data.Decimal"
 DATE: Final = "org.apache.kafka.connect.data.Date"
@@ -179,9 +179,9 @@ def encode_column(column: Column, dtype: DataType, name: str | None = None) -> C
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    schema = json.dumps(connect_schema(dtype, optional=False, name=name), separators=(",", ":"))
+    schema = schema_text(dtype, name)
     if isinstance(dtype, T.StructType):
-        payload = F.to_json(_wire(column, dtype), {"ignoreNullFields": "false"})
+        payload = wire_payload(column, dtype)
     else:
         # to_json takes structs: wrap the value, then take its JSON back out
         wrapped = F.to_json(
@@ -190,6 +190,19 @@ def encode_column(column: Column, dtype: DataType, name: str | None = None) -> C
         payload = F.regexp_extract(wrapped, r'^\{"v":(.*)\}$', 1)
     text = F.concat(F.lit('{"schema":' + schema + ',"payload":'), payload, F.lit("}"))
     return F.when(column.isNull(), F.lit(None)).otherwise(text.cast("binary"))
+
+
+def schema_text(dtype: DataType, name: str | None = None) -> str:
+    """The ``schema`` of the envelope :func:`encode_column` writes for values of ``dtype``."""
+    return json.dumps(connect_schema(dtype, optional=False, name=name), separators=(",", ":"))
+
+
+def wire_payload(column: Column, dtype: StructType) -> Column:
+    """``column`` (a struct of Spark type ``dtype``) as the ``payload`` text
+    :func:`encode_column` writes for it."""
+    from pyspark.sql import functions as F
+
+    return F.to_json(_wire(column, dtype), {"ignoreNullFields": "false"})
 
 
 def json_payload(column: Column, dtype: DataType) -> Column:

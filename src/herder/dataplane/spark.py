@@ -87,6 +87,8 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.scheduler.mode": "FAIR",
     **SESSION_CONF,
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    # Python workers import pyspark from its installed package, not from its zip
+    "spark.python.daemon.module": "herder.sparkdaemon",
 }
 #: The worker property that bounds how many Spark jobs a worker submits at once.
 JOB_THREADS_KEY = "dataplane.job.threads"

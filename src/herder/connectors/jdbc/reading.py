@@ -1,86 +1,68 @@
-"""A query's rows read on Spark's executors, split by key ranges: a Python Data Source.
+"""A query's rows read on Spark's executors, split by key ranges.
 
 The driver plans (:mod:`.source`): the query of one batch and, for a large one, the
-ranges of a numeric key column that cut it into pieces of about
-``parallel.split.rows`` rows. :class:`JdbcRangesDataSource` then reads each piece on an
-executor, through a connection of its own, as Arrow batches (ADBC's binary COPY), one
-Spark partition per piece, in key order. Nothing passes through the driver's Python.
+ranges of a numeric key column that cut it into pieces of at most about
+``parallel.split.rows`` rows, as many as keep every core busy (:func:`key_ranges`).
+:func:`jdbc_dataframe` then has each piece read on an executor, through a connection of
+its own, as Arrow batches (ADBC's binary COPY), one Spark partition per piece, in key
+order. Nothing passes through the driver's Python.
+
+The pieces are the partitions of a ``range`` of their numbers, mapped by
+``mapInArrow`` to their rows, rather than a Python Data Source: a query of one costs the
+driver three Python processes of its own (the source's lookup, creation and read
+planning), each started cold the first time, and a round trip through each for every
+batch after; ``mapInArrow`` runs only in the executors' Python workers.
 """
 
 from __future__ import annotations
 
-import json
-import threading
-import weakref
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-#: The name Spark knows the data source by.
-JDBC_FORMAT = "herder-jdbc"
+
+def piece_count(rows: int, split_rows: int, parallelism: int | None) -> int:
+    """How many pieces ``rows`` rows are read in: pieces of at most about ``split_rows``,
+    and a multiple of ``parallelism`` of them, so that no core waits while another
+    reads the rest. A batch of 250,000 rows in pieces of 250,000 would be one Spark
+    task, read by one core while the other idles; on 2 cores it is two of 125,000."""
+    count = max(1, -(-rows // max(1, split_rows)))
+    if parallelism is not None and parallelism > 1:
+        count = -(-count // parallelism) * parallelism
+    return count
 
 
-@dataclass(frozen=True)
-class Piece(InputPartition):
-    """One Spark partition's share of the query: rows matching ``condition`` (SQL)."""
-
-    condition: str
-
-
-class JdbcRangesDataSource(DataSource):
-    """``spark.read.format("herder-jdbc").schema(s).option("dsn", …).option("query", …)
-    .option("pieces", json)``: the query's rows, each piece's (``WHERE`` condition, SQL)
-    read by one Spark task."""
-
-    @classmethod
-    def name(cls) -> str:
-        return JDBC_FORMAT
-
-    def schema(self) -> str:
-        raise ValueError("herder-jdbc needs a schema")
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        pieces = [Piece(c) for c in json.loads(self.options["pieces"])]
-        return _Reader(self.options["dsn"], self.options["query"], pieces, schema)
+def key_ranges(low: int, high: int, count: int) -> list[tuple[int, int]]:
+    """``[low, high]`` cut into at most ``count`` ranges ``[start, end)`` of equal width,
+    in order."""
+    step = max(1, -(-(high - low + 1) // max(1, count)))
+    ranges = []
+    start = low
+    while start <= high:
+        end = min(high + 1, start + step)
+        ranges.append((start, end))
+        start = end
+    return ranges
 
 
-class _Reader(DataSourceReader):
-    def __init__(self, dsn: str, query: str, pieces: list[Piece], schema: StructType) -> None:
-        self.dsn = dsn
-        self.query = query
-        self.pieces = pieces
-        self.spark_schema = schema
+def read_piece(dsn: str, sql: str, schema: StructType) -> Iterator[pa.RecordBatch]:
+    """The rows of ``sql`` (on an executor), as Arrow batches of ``schema``'s types."""
+    import adbc_driver_postgresql.dbapi as dbapi
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    def partitions(self) -> Sequence[InputPartition]:
-        return self.pieces
+    from herder.connectors.jdbc.postgres import conform
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        import adbc_driver_postgresql.dbapi as dbapi
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        from herder.connectors.jdbc.postgres import conform
-
-        assert isinstance(partition, Piece)
-        target = to_arrow_schema(self.spark_schema, timezone="UTC")
-        sql = f"SELECT * FROM ({self.query}) AS q WHERE {partition.condition}"
-        with dbapi.connect(self.dsn) as conn, conn.cursor() as cursor:
-            cursor.execute("SET TIME ZONE 'UTC'")
-            cursor.execute(sql)
-            reader: pa.RecordBatchReader = cursor.fetch_record_batch()
-            for batch in reader:
-                if batch.num_rows:
-                    yield conform(batch, target)
-
-
-_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
-_registering = threading.Lock()
+    target = to_arrow_schema(schema, timezone="UTC")
+    with dbapi.connect(dsn) as conn, conn.cursor() as cursor:
+        cursor.execute("SET TIME ZONE 'UTC'")
+        cursor.execute(sql)
+        for batch in cursor.fetch_record_batch():
+            if batch.num_rows:
+                yield conform(batch, target)
 
 
 def jdbc_dataframe(
@@ -88,15 +70,12 @@ def jdbc_dataframe(
 ) -> DataFrame:
     """The rows of ``query`` (SQL) with ``schema``, one Spark partition per condition of
     ``pieces``, in their order."""
-    with _registering:
-        if session not in _registered:
-            session.dataSource.register(JdbcRangesDataSource)
-            _registered.add(session)
-    return (
-        session.read.format(JDBC_FORMAT)
-        .schema(schema)
-        .option("dsn", dsn)
-        .option("query", query)
-        .option("pieces", json.dumps(list(pieces)))
-        .load()
-    )
+    statements = [f"SELECT * FROM ({query}) AS q WHERE {condition}" for condition in pieces]
+
+    def read(numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in numbers:
+            for number in batch.column(0).to_pylist():
+                yield from read_piece(dsn, statements[number], schema)
+
+    count = len(statements)
+    return session.range(0, count, 1, count).mapInArrow(read, schema)

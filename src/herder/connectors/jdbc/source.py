@@ -500,8 +500,9 @@ class _TableReader:
             raise DatabaseError(f"{self.what}: {first_line(exc)}") from exc
         return tuple(row) if row is not None else None
 
-    def pieces(self, window: _Window) -> list[str]:
-        """The window cut into key ranges for parallel reads, or one piece."""
+    def pieces(self, window: _Window, parallelism: int | None) -> list[str]:
+        """The window cut into key ranges for parallel reads (a multiple of
+        ``parallelism``, Spark's cores), or one piece."""
         if (
             self.split_column is None
             or window.low is None
@@ -509,16 +510,14 @@ class _TableReader:
             or window.rows < self.plan.parallel_min_rows
         ):
             return [window.condition]
+        from herder.connectors.jdbc.reading import key_ranges, piece_count
+
         key = quote(self.split_column)
-        count = max(1, -(-window.rows // self.plan.split_rows))
-        low, high = int(window.low), int(window.high)
-        step = max(1, -(-(high - low + 1) // count))
-        pieces = []
-        start = low
-        while start <= high:
-            end = min(high + 1, start + step)
-            pieces.append(f"({window.condition}) AND {key} >= {start} AND {key} < {end}")
-            start = end
+        count = piece_count(window.rows, self.plan.split_rows, parallelism)
+        pieces = [
+            f"({window.condition}) AND {key} >= {start} AND {key} < {end}"
+            for start, end in key_ranges(int(window.low), int(window.high), count)
+        ]
         pieces[0] = f"({pieces[0]}) OR (({window.condition}) AND {key} IS NULL)"
         return pieces
 
@@ -614,9 +613,10 @@ class JdbcSourceTask(SourceTask):
         from herder.connectors.jdbc.reading import jdbc_dataframe
         from herder.dataplane.spark import spark_runtime
 
-        pieces = reader.pieces(window)
+        runtime = spark_runtime()
+        pieces = reader.pieces(window, runtime.parallelism)
         rows = jdbc_dataframe(
-            spark_runtime().session, self.database.libpq(), reader.base, reader.schema, pieces
+            runtime.session, self.database.libpq(), reader.base, reader.schema, pieces
         )
         # the row as a typed value: a struct of the table's columns, stored as it is
         data = rows.select(F.struct(*[F.col(f"`{c}`") for c in rows.columns]).alias("value"))
