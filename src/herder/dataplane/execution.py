@@ -30,7 +30,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from herder.connect import (
     OffsetRange,
@@ -54,6 +54,7 @@ from herder.dataplane.staged import StagedBatch
 from herder.dataplane.storage import Storage, check_reachable
 from herder.dataplane.topics import Topics, TxnRefused
 from herder.dataplane.transforms.pipeline import RecordPipeline, validate_record_handling
+from herder.dataplane.trickle import TrickleLimits, read_slices
 from herder.dataplane.writer import SegmentWriter
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.tailer import LogTailer
@@ -76,6 +77,9 @@ from herder.runtime.stores import OffsetStore
 from herder.runtime.task_metrics import HERDER, Sample, TaskMetrics
 from herder.runtime.worker import ExecutionFactory, TaskControl
 from herder.runtime.worker_config import WorkerConfig
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +126,7 @@ class TaskExecutions(ExecutionFactory):
         # (unless told not to: a worker whose tasks may never run a job saves the JVM)
         if config.originals.get(SPARK_WARMUP, "true").strip().lower() != "false":
             threading.Thread(target=self._warm_up, name="herder-spark-warmup", daemon=True).start()
+        self.trickle = TrickleLimits.from_config(config.originals)
         self.retention_interval_ms = _int(
             config.originals, RETENTION_CHECK_INTERVAL, DEFAULT_RETENTION_CHECK_INTERVAL_MS
         )
@@ -405,7 +410,13 @@ class SourceExecution(_Execution):
         control.doing("in its start()")
         await control.call(self.task.start, dict(self.config))
         control.started()
-        writer = SegmentWriter(self.topics, self.runtime.spark, task=self.name, epoch=epoch)
+        writer = SegmentWriter(
+            self.topics,
+            self.runtime.spark,
+            task=self.name,
+            epoch=epoch,
+            trickle=self.runtime.trickle,
+        )
         await writer.reap()
         checks: list[Op] = [fencing_op(task_fence_id(connector, self.task_id.task), epoch)]
         if connector_epoch is not None:
@@ -779,19 +790,24 @@ class SinkExecution(_Execution):
         reading = 0.0
         for topic, ranges in by_topic.items():
             read_at = time.monotonic()
-            df, offset_ranges = await self.topics.read_ranged(
-                topic, ranges, ordered=True, ranged=self.task.offset_ranged, pool=self.name
-            )
-            # transforms select and filter: each Spark partition keeps its offset range
-            df = await self.pipeline.before_put(df)
-            if not self.task.typed_records:
-                df = await self.pipeline.as_bytes(df, topic)
-            reading += time.monotonic() - read_at
             records = sum(stop - start for start, stop in ranges.values())
-            failed = self.pipeline.failed_in_last_batch
+            table = await self._read_trickle(topic, ranges, records)
+            if table is None:
+                df, offset_ranges = await self.topics.read_ranged(
+                    topic, ranges, ordered=True, ranged=self.task.offset_ranged, pool=self.name
+                )
+                # transforms select and filter: each Spark partition keeps its offset range
+                df = await self.pipeline.before_put(df)
+                if not self.task.typed_records:
+                    df = await self.pipeline.as_bytes(df, topic)
+            reading += time.monotonic() - read_at
+            failed = self.pipeline.failed_in_last_batch if table is None else 0
             put_began = time.monotonic()
             try:
-                await self._put(df, offset_ranges)
+                if table is None:
+                    await self._put(df, offset_ranges)
+                else:
+                    await self.control.call(self.task.put_arrow, table)
             except RetriableError as exc:
                 log.info("sink task %s: put will be retried: %s", self.name, exc)
                 return False
@@ -812,6 +828,21 @@ class SinkExecution(_Execution):
                 time.monotonic() - put_at,
             )
         return True
+
+    async def _read_trickle(
+        self, topic: str, ranges: Mapping[int, tuple[int, int]], records: int
+    ) -> pa.Table | None:
+        """A small delivery read with pyarrow for a task that takes Arrow tables, or
+        None to read it with Spark (see :mod:`~herder.dataplane.trickle`): too big,
+        typed, transformed, or a task that takes DataFrames only."""
+        limits = self.runtime.trickle
+        if not limits.takes(records, 0) or self.pipeline.chain:
+            return None
+        if not await self.control.call(self.task.accepts_arrow):
+            return None
+        slices = await self.topics.plan_read(topic, ranges)
+        storage = self.runtime.storage
+        return await asyncio.to_thread(read_slices, storage, topic, slices, limits.max_bytes)
 
     def _measure_lag(self, states: Mapping[str, Mapping[int, PartitionState]]) -> None:
         """How far this task is behind the partitions it just looked at: records past its
