@@ -2,7 +2,9 @@
 
     python bench/pipeline.py [--records N] [--line-bytes B] [--runs R] [--warmup-runs W]
                              [--latency-samples K] [--latency-rate L] [--driver-memory 2g]
-                             [--tmp-dir D] [--pretty]
+                             [--sustained-rate S] [--sustained-seconds T]
+                             [--sustained-warmup-seconds U] [--only all|latency]
+                             [--worker-property KEY=VALUE ...] [--tmp-dir D] [--pretty]
                              [--consumer-max-records M] [--keep-work-dir]
                              [--worker-log-level DEBUG]
                              [--spark-master spark://HOST:PORT | --spark-remote sc://HOST:PORT]
@@ -40,6 +42,15 @@ run, on 127.0.0.1 with fresh temporary directories:
   (default 5), and the time until it is in a sink file is measured, ``--latency-samples``
   times (default 100): p50, p99, max. The sink's directory is watched (inotify; where
   there is none, it is polled every 10 ms), as it is for the runs above.
+* **sustained latency**: the same pipeline under load: ``--sustained-rate`` lines/s
+  (default 50,000) for ``--sustained-seconds`` (default 20, after
+  ``--sustained-warmup-seconds``, default 5, not counted); each line's latency is the
+  time from its write to the arrival of the sink file that holds it: p50, p99, max.
+  ``--sustained-rate 0`` leaves it out.
+
+``--only latency`` runs the two latency steps alone (no plain Spark, no throughput
+runs); ``--worker-property KEY=VALUE`` sets a worker config, e.g.
+``dataplane.trickle.max.records=0`` to measure with the trickle path off.
 
 Each measured step reports the CPU seconds of the worker's process tree (its Python,
 its JVM, Spark's Python workers) and ``other_cpu_pct``: what every other process on

@@ -9,13 +9,15 @@ and its writes, multiplexed on the shared session, are each idempotent.
 
 Source loop: take a fencing epoch for this incarnation (which fences every older one),
 read the task's committed source offsets linearizably, then repeatedly poll a batch
-(``batch.max.records`` / ``batch.max.ms``), stage it with Spark as Parquet segments, and
+(``batch.max.records`` / ``batch.max.ms``), stage it with Spark as Parquet segments (a
+small one with pyarrow, :mod:`.trickle`), and
 commit *the segment metadata and the source offsets in one ensemble transaction* that
 checks the task's and the connector's fencing epochs and that this batch is the next
 one of this task: exactly once, retries included, and a zombie never commits.
 
 Sink loop: be a member of the connector's group ``connect-<name>``; read the records
-past each assigned partition's committed offset as one DataFrame, ``put`` it, and
+past each assigned partition's committed offset as one DataFrame (a few records, for a
+sink that takes them so, as an Arrow table: :mod:`.trickle`), ``put`` it, and
 commit offsets through the coordinator with the member's generation, so a member that
 lost its partitions cannot commit over their new owner.
 """

@@ -51,10 +51,14 @@ TRICKLE_MAX_RECORDS: Final = "dataplane.trickle.max.records"
 #: Worker config: most bytes (Arrow bytes of a batch staged, stored bytes of a delivery
 #: read) the trickle path takes.
 TRICKLE_MAX_BYTES: Final = "dataplane.trickle.max.bytes"
-#: Defaults chosen by measurement (see bench/README.md, "trickle path"): below them
-#: pyarrow writes or reads a batch faster than a Spark job would start.
-DEFAULT_TRICKLE_MAX_RECORDS: Final = 10_000
-DEFAULT_TRICKLE_MAX_BYTES: Final = 4 * 1024 * 1024
+#: Defaults chosen by measurement (``bench/trickle.py``, see bench/README.md): staging
+#: and delivering a batch of 100-byte lines took the trickle path 1/88 of Spark's time
+#: at 1 record, 1/28 at 1,000, 1/7.6 at 10,000 and 1/5.8 at 50,000 (2 cores, loaded).
+#: So every batch of polled records up to the runtime's default ``batch.max.records``
+#: takes it; bulk data — a SourceBatch (a DataFrame: a file's backlog, a directory, a
+#: table), or bigger batches — goes through Spark.
+DEFAULT_TRICKLE_MAX_RECORDS: Final = 50_000
+DEFAULT_TRICKLE_MAX_BYTES: Final = 16 * 1024 * 1024
 
 #: Columns whose min/max statistics a staged file keeps, as Spark's writer is told to
 #: (see :data:`herder.dataplane.writer.STAGED_FILE_STATISTICS`).
