@@ -27,6 +27,7 @@ DataFrame), or typed records never take this path.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -165,8 +166,12 @@ def _write_file(storage: Storage, folder: str, table: pa.Table) -> None:
         writer.add_key_value_metadata({SPARK_ROW_METADATA: spark_schema_json(table.schema)})
 
 
+@functools.lru_cache(maxsize=64)
 def spark_schema_json(schema: pa.Schema) -> str:
-    """``schema`` as Spark writes its schema into a Parquet footer (a StructType's JSON)."""
+    """``schema`` as Spark writes its schema into a Parquet footer (a StructType's JSON).
+
+    Kept per schema: a batch's files share few schemas, and the conversion costs more
+    than writing a file of a few records."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     # in Spark's order of keys (``json()`` sorts them)
