@@ -28,6 +28,8 @@ from herder.connect import SourceRecord, TopicPartition
 from herder.connectors.directory import DirectorySinkTask
 from herder.connectors.file import FileStreamSinkTask
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage, Topics
+from herder.dataplane import records as records_module
+from herder.dataplane.records import records_to_table
 from herder.dataplane.trickle import (
     OFF,
     TRICKLE_MAX_BYTES,
@@ -259,3 +261,20 @@ def test_limits_come_from_the_worker_config() -> None:
         TrickleLimits.from_config({"dataplane.trickle.max.bytes": "lots"})
     with pytest.raises(ConfigError, match=re.escape(TRICKLE_MAX_RECORDS)):
         TrickleLimits.from_config({"dataplane.trickle.max.records": "-1"})
+
+
+def test_a_poll_of_plain_lines_converts_as_record_by_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The column-at-a-time conversion of plain lines gives the table the record-by-record
+    pass gives; a poll with anything more (a null value is still plain) takes that pass."""
+    lines = [SourceRecord({"f": 1}, {"p": i}, "t", b"line %d" % i) for i in range(1_000)]
+    lines[5] = SourceRecord({"f": 1}, {"p": 5}, "t", None)
+    keyed = [*lines, SourceRecord({}, {}, "t", b"v", key=b"k")]
+    fast = {name: records_to_table(rs, {"t": 3}, {"t": 2}, NOW) for name, rs in
+            (("lines", lines), ("keyed", keyed))}  # fmt: skip
+    assert records_module._plain_values(lines, {"t": 3}, {"t": 2}, NOW) is not None
+    assert records_module._plain_values(keyed, {"t": 3}, {"t": 2}, NOW) is None
+    monkeypatch.setattr(records_module, "_plain_values", lambda *args: None)
+    for name, rs in (("lines", lines), ("keyed", keyed)):
+        assert fast[name].equals(records_to_table(rs, {"t": 3}, {"t": 2}, NOW))

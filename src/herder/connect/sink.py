@@ -144,8 +144,8 @@ class SinkTask(Task):
         A batch of a few records costs a Spark job when it comes as a DataFrame, which
         is most of its latency; the runtime reads such a batch itself and hands it to
         :meth:`put_arrow` instead, where a task says it can write it (see the worker's
-        ``dataplane.trickle.max.records``). The default is False: every batch goes to
-        :meth:`put`.
+        ``dataplane.trickle.max.records``). Asked once, after :meth:`start`. The
+        default is False: every batch goes to :meth:`put`.
         """
         return False
 

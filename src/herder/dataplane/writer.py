@@ -133,11 +133,12 @@ class SegmentWriter:
         made: pa.Table | None = None
         if self.trickle.takes(len(records), self.trickle.max_bytes):
             # off the event loop, as the Spark job's own conversion is
-            small = await asyncio.to_thread(records_to_table, records, counts, sticky, now)
-            if self.trickle.takes(small.num_rows, small.nbytes):
-                segments = await asyncio.to_thread(self._stage_trickle, small, path)
-                return self._staged_batch(batch, segments, topics)
-            made = small
+            staged = await asyncio.to_thread(
+                self._stage_trickle, records, counts, sticky, now, path
+            )
+            if isinstance(staged, list):
+                return self._staged_batch(batch, staged, topics)
+            made = staged  # too many bytes: Spark's, converted already
 
         def job() -> list[StagedSegment]:
             table = made if made is not None else records_to_table(records, counts, sticky, now)
@@ -160,9 +161,22 @@ class SegmentWriter:
         segments = await self.spark.run(job, pool=self.pool)
         return self._staged_batch(batch, segments, topics)
 
-    def _stage_trickle(self, table: pa.Table, path: str) -> list[StagedSegment]:
-        """Stage a small batch (``table``, of STAGE_SCHEMA) with pyarrow (:mod:`.trickle`),
-        its files laid out as :meth:`stage_records`'s Spark job lays them out."""
+    def _stage_trickle(
+        self,
+        records: Sequence[SourceRecord],
+        counts: Mapping[str, int],
+        sticky: Mapping[str, int],
+        now: int,
+        path: str,
+    ) -> list[StagedSegment] | pa.Table:
+        """Stage a small batch with pyarrow (:mod:`.trickle`), its files laid out as
+        :meth:`stage_records`'s Spark job lays them out; or, if its records hold more
+        bytes than the trickle path takes, write nothing and give back their table (of
+        STAGE_SCHEMA) for Spark. One call on one thread: each hop between threads costs
+        a record's latency a wake-up."""
+        table = records_to_table(records, counts, sticky, now)
+        if not self.trickle.takes(table.num_rows, table.nbytes):
+            return table
         only = _single_partition(table)
         if only is None:
             write_partitioned(self.storage, path, table)
