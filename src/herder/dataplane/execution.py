@@ -778,6 +778,8 @@ class SinkExecution(_Execution):
         by_topic: dict[str, dict[int, tuple[int, int]]] = {}
         reached: dict[TopicPartition, int] = {}
         budget = max_records
+        # records a delivery of small files may hold and still take the trickle path
+        small_budget = self._trickle_budget()
         states: dict[str, dict[int, PartitionState]] = {}
         for tp, position in sorted(self.positions.items()):
             if tp in self.context.paused() or budget <= 0:
@@ -787,6 +789,15 @@ class SinkExecution(_Execution):
             state = states[tp.topic].get(tp.partition)
             # whole files: a file is read by one delivery, not by several
             stop = position if state is None else state.read_stop(position, budget)
+            if state is not None and 0 < small_budget < stop - position:
+                # Small files (a trickle's) are delivered a trickle path's worth at a
+                # time, not gathered into one delivery for Spark; a big file (bulk data)
+                # still goes whole to Spark.
+                small = state.read_stop(position, min(budget, small_budget))
+                if small - position <= small_budget:
+                    stop = small
+            if state is not None:
+                small_budget -= stop - position
             if stop <= position:
                 continue
             budget -= stop - position
@@ -841,6 +852,13 @@ class SinkExecution(_Execution):
             )
         return True
 
+    def _trickle_budget(self) -> int:
+        """Records a delivery may hold to go by the trickle path; 0 if it cannot."""
+        limits = self.runtime.trickle
+        if not limits.enabled or self.pipeline.chain or not self._accepts_arrow:
+            return 0
+        return limits.max_records
+
     async def _read_trickle(
         self, topic: str, ranges: Mapping[int, tuple[int, int]], records: int
     ) -> pa.Table | None:
@@ -848,7 +866,7 @@ class SinkExecution(_Execution):
         None to read it with Spark (see :mod:`~herder.dataplane.trickle`): too big,
         typed, transformed, or a task that takes DataFrames only."""
         limits = self.runtime.trickle
-        if not limits.takes(records, 0) or self.pipeline.chain or not self._accepts_arrow:
+        if not self._trickle_budget() or not limits.takes(records, 0):
             return None
         slices = await self.topics.plan_read(topic, ranges)
         storage = self.runtime.storage
