@@ -20,6 +20,10 @@ typed), with no transforms, to a sink that takes Arrow tables
 (:meth:`SinkTask.accepts_arrow <herder.connect.SinkTask.accepts_arrow>`), is read with
 pyarrow (:func:`~herder.dataplane.reader.slice_batches`) and handed to the sink as one
 table, instead of a DataFrame and a Spark job. Offsets are committed as after any put.
+Such a sink is delivered small files (a trickle's segments) a trickle path's worth at
+a time rather than gathered up to ``consumer.max.records`` for one Spark job, which
+kept a sink behind a steady stream by seconds; a big file (bulk data) is still
+delivered whole, through Spark.
 
 Bulk data keeps moving through Spark: a batch over the limits, a SourceBatch (a
 DataFrame), or typed records never take this path.
