@@ -2,7 +2,9 @@
 
     python bench/pipeline.py [--records N] [--line-bytes B] [--runs R] [--warmup-runs W]
                              [--latency-samples K] [--latency-rate L] [--driver-memory 2g]
-                             [--tmp-dir D] [--pretty]
+                             [--sustained-rate S] [--sustained-seconds T]
+                             [--sustained-warmup-seconds U] [--only all|latency]
+                             [--worker-property KEY=VALUE ...] [--tmp-dir D] [--pretty]
                              [--consumer-max-records M] [--keep-work-dir]
                              [--worker-log-level DEBUG]
                              [--spark-master spark://HOST:PORT | --spark-remote sc://HOST:PORT]
@@ -40,6 +42,15 @@ run, on 127.0.0.1 with fresh temporary directories:
   (default 5), and the time until it is in a sink file is measured, ``--latency-samples``
   times (default 100): p50, p99, max. The sink's directory is watched (inotify; where
   there is none, it is polled every 10 ms), as it is for the runs above.
+* **sustained latency**: the same pipeline under load: ``--sustained-rate`` lines/s
+  (default 50,000) for ``--sustained-seconds`` (default 20, after
+  ``--sustained-warmup-seconds``, default 5, not counted); each line's latency is the
+  time from its write to the arrival of the sink file that holds it: p50, p99, max.
+  ``--sustained-rate 0`` leaves it out.
+
+``--only latency`` runs the two latency steps alone (no plain Spark, no throughput
+runs); ``--worker-property KEY=VALUE`` sets a worker config, e.g.
+``dataplane.trickle.max.records=0`` to measure with the trickle path off.
 
 Each measured step reports the CPU seconds of the worker's process tree (its Python,
 its JVM, Spark's Python workers) and ``other_cpu_pct``: what every other process on
@@ -294,6 +305,7 @@ class Herder:
         driver_memory: str,
         log_level: str = "INFO",
         spark: Mapping[str, str] | None = None,
+        extra: Sequence[str] = (),
     ) -> None:
         self.server, client_port = start_ensemble(services, work)
         rest_port = _procs.free_port()
@@ -312,6 +324,7 @@ class Herder:
             # a cluster given by address runs on this machine's files (as the plain Spark
             # side does): the operator vouches that its executors see them
             props.update({**spark, "storage.root.shared": "true"})
+        props.update(dict(item.split("=", 1) for item in extra))
         worker_config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         command = [*HERDER, "--log-level", log_level, "worker", "start"]
         with _procs.children_ignore_sigint():
@@ -322,7 +335,9 @@ class Herder:
         def answering() -> bool:
             self.worker.check_alive()
             try:
-                return self.http.get(f"{self.url}/connectors", timeout=2).status_code == 200
+                # /health answers 200 once the worker has joined its group and can take
+                # connectors
+                return self.http.get(f"{self.url}/health", timeout=2).status_code == 200
             except httpx.HTTPError:
                 return False
 
@@ -461,10 +476,13 @@ def run_latency(herder: Herder, work: Path, samples: int, rate: float) -> dict[s
             f.write(line + b"\n")
             f.flush()
             written = time.monotonic_ns()
-            deadline = time.monotonic() + 60
+            # the first line waits for the worker's first Spark jobs, which a loaded
+            # machine can take minutes over
+            wait = 60 if k else 300
+            deadline = time.monotonic() + wait
             while line not in arrived:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"line {k} did not reach the sink within 60 s")
+                    raise RuntimeError(f"line {k} did not reach the sink within {wait} s")
                 changes.wait(0.05)
                 read_new()
             if k:  # the first line also waits for the pipeline's first Spark jobs
@@ -477,6 +495,127 @@ def run_latency(herder: Herder, work: Path, samples: int, rate: float) -> dict[s
         "rate_lines_per_s": rate,
         "other_cpu_pct": measured.other_cpu_pct,
     }
+
+
+def run_sustained_latency(
+    herder: Herder, work: Path, rate: int, seconds: float, warmup: float, line_bytes: int
+) -> dict[str, Any]:
+    """Lines appended at ``rate`` lines/s for ``warmup`` + ``seconds`` seconds into a
+    running FileStreamSource → DirectorySink (text); each line's latency is the time from
+    its write to the arrival of the sink file that holds it.
+
+    A thread appends the lines every 10 ms, as many as are due, and notes when each run
+    of them was written; the sink's files (renamed into place whole) are seen as they
+    arrive, and only their first and last lines are read (lines are numbered), so
+    watching costs the machine little. Lines of the first ``warmup`` seconds are not
+    counted: they include the pipeline's first Spark jobs.
+    """
+    import threading
+
+    import numpy as np
+
+    input_path, output = work / "sustained.txt", work / "sustained-out"
+    input_path.touch()
+    herder.create(
+        "sustained-sink",
+        {"connector.class": "DirectorySink", "topics": "sustained", "directory": str(output),
+         "format": "text"},
+    )  # fmt: skip
+    herder.create(
+        "sustained-source",
+        {"connector.class": "FileStreamSource", "file": str(input_path), "topic": "sustained"},
+    )  # fmt: skip
+    until(lambda: herder.running("sustained-source", "sustained-sink"), 180, "sustained RUNNING")
+    total = int(rate * (seconds + warmup))
+    written_ns = np.zeros(total, dtype=np.int64)
+    arrived_ns = np.zeros(total, dtype=np.int64)
+    filler = b"x" * max(1, line_bytes - 12)
+    writer_done = threading.Event()
+    started_at = [0]
+
+    def append() -> None:
+        with open(input_path, "ab") as f:
+            began = time.monotonic()
+            started_at[0] = time.monotonic_ns()
+            done = 0
+            while done < total:
+                due = min(total, int((time.monotonic() - began) * rate) + 1)
+                if due > done:
+                    f.write(b"".join(b"%010d " % i + filler + b"\n" for i in range(done, due)))
+                    f.flush()
+                    written_ns[done:due] = time.monotonic_ns()
+                    done = due
+                time.sleep(0.01)
+        writer_done.set()
+
+    seen: set[str] = set()
+    line_len = len(filler) + 12
+
+    def read_new() -> None:
+        now = time.monotonic_ns()
+        for path in sink_files(output):
+            if path.name in seen:
+                continue
+            seen.add(path.name)
+            with open(path, "rb") as f:
+                first = f.read(10)
+                f.seek(max(0, path.stat().st_size - line_len))
+                last = f.read(10)
+            if first and last:
+                arrived_ns[int(first) : int(last) + 1] = now
+
+    thread = threading.Thread(target=append, name="sustained-writer", daemon=True)
+    changes = Changes(output)
+    with contextlib.closing(changes), Measured(herder.worker.pid, herder.server.pid) as measured:
+        thread.start()
+        deadline = checked = time.monotonic()
+        deadline += seconds + warmup + 120
+        while not (writer_done.is_set() and arrived_ns[-1]):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{total} lines at {rate}/s did not all reach the sink")
+            changes.wait(0.05)
+            read_new()
+            if time.monotonic() - checked > 2:  # not too often: it costs the worker CPU
+                checked = time.monotonic()
+                herder.running("sustained-source", "sustained-sink")  # raises if one failed
+        thread.join()
+    achieved = total / ((written_ns[-1] - started_at[0]) / 1e9)
+    counted = slice(int(rate * warmup), total)
+    latencies = np.sort(arrived_ns[counted] - written_ns[counted])
+    herder.delete("sustained-source")
+    herder.delete("sustained-sink")
+    return {
+        **_procs.latency_summary_ms(latencies.tolist()),
+        "rate_lines_per_s": rate,
+        "achieved_lines_per_s": round(achieved),
+        "seconds_measured": seconds,
+        "sink_files": len(seen),
+        "other_cpu_pct": measured.other_cpu_pct,
+    }
+
+
+def measure_latencies(
+    args: argparse.Namespace, herder: Herder, work: Path, figures: dict[str, Any]
+) -> None:
+    """A line's latency at a trickle (``latency_ms``), then under a sustained load
+    (``sustained_latency_ms``)."""
+    _procs.progress(f"latency: {args.latency_samples} lines, {args.latency_rate} lines/s at most")
+    figures["latency_ms"] = run_latency(herder, work, args.latency_samples, args.latency_rate)
+    _procs.progress(f"latency: {figures['latency_ms']}")
+    if not args.sustained_rate:
+        return
+    _procs.progress(
+        f"sustained latency: {args.sustained_rate:,} lines/s for {args.sustained_seconds} s"
+    )
+    figures["sustained_latency_ms"] = run_sustained_latency(
+        herder,
+        work,
+        args.sustained_rate,
+        args.sustained_seconds,
+        args.sustained_warmup_seconds,
+        args.line_bytes,
+    )
+    _procs.progress(f"sustained latency: {figures['sustained_latency_ms']}")
 
 
 class Changes:
@@ -539,6 +678,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "spark_on": args.spark_remote or args.spark_master,
     }
     try:
+        if args.only == "latency":
+            with _procs.Services(work) as services:
+                herder = Herder(
+                    services, work, args.driver_memory, args.worker_log_level,
+                    spark_settings(args), args.worker_property,
+                )  # fmt: skip
+                try:
+                    measure_latencies(args, herder, work, figures)
+                finally:
+                    herder.close()
+            warn_if_shared(figures)
+            return figures
         baseline_input = work / "spark-input.txt"
         size = write_lines(baseline_input, args.records, args.line_bytes)
         figures["input_bytes"] = size
@@ -547,8 +698,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _procs.progress(f"plain Spark: {spark['records_per_s']:,} lines/s")
         with _procs.Services(work) as services:
             herder = Herder(
-                services, work, args.driver_memory, args.worker_log_level, spark_settings(args)
-            )
+                services, work, args.driver_memory, args.worker_log_level,
+                spark_settings(args), args.worker_property,
+            )  # fmt: skip
             try:
                 # as long as measured runs: Spark's big jobs compile and JIT their code
                 # over several runs, and plain Spark gets the same untimed warm-up
@@ -605,29 +757,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         results["file"]["records_per_s"], spark["records_per_s"]
                     ),
                 }
-                _procs.progress(
-                    f"latency: {args.latency_samples} lines, {args.latency_rate} lines/s at most"
-                )
-                figures["latency_ms"] = run_latency(
-                    herder, work, args.latency_samples, args.latency_rate
-                )
+                measure_latencies(args, herder, work, figures)
             finally:
                 herder.close()
-        worst = max(
-            figures[k]["other_cpu_pct"]
-            for k in ("herder_directory_sink", "herder_file_sink", "latency_ms")
-        )
-        if worst > 25:
-            figures["warning"] = (
-                f"other processes used up to {worst:.0f}% of a core while herder was measured:"
-                " the machine was shared, so these figures are not representative"
-            )
+        warn_if_shared(figures)
     finally:
         if args.keep_work_dir:
             _procs.progress(f"kept {work} (inputs, outputs, worker.log)")
         else:
             shutil.rmtree(work, ignore_errors=True)
     return figures
+
+
+def warn_if_shared(figures: dict[str, Any]) -> None:
+    """A warning in ``figures`` if other processes took a share of the machine while
+    herder was measured."""
+    measured = ("herder_directory_sink", "herder_file_sink", "latency_ms", "sustained_latency_ms")
+    worst = max((figures[k]["other_cpu_pct"] for k in measured if k in figures), default=0.0)
+    if worst > 25:
+        figures["warning"] = (
+            f"other processes used up to {worst:.0f}% of a core while herder was measured:"
+            " the machine was shared, so these figures are not representative"
+        )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -637,6 +788,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup-runs", type=int, default=3)
     parser.add_argument("--latency-samples", type=int, default=100)
     parser.add_argument("--latency-rate", type=float, default=5.0)
+    parser.add_argument("--sustained-rate", type=int, default=50_000)
+    parser.add_argument("--sustained-seconds", type=float, default=20.0)
+    parser.add_argument("--sustained-warmup-seconds", type=float, default=5.0)
+    parser.add_argument("--only", choices=["all", "latency"], default="all")
+    parser.add_argument(
+        "--worker-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a worker config setting (repeatable), e.g. dataplane.trickle.max.records=0",
+    )
     parser.add_argument("--consumer-max-records", type=int, default=None)
     parser.add_argument("--keep-work-dir", action="store_true")
     where = parser.add_mutually_exclusive_group()

@@ -21,6 +21,7 @@ from herder.dataplane import delivery as delivery_module
 from herder.dataplane import reader as reader_module
 from herder.dataplane import writer as writer_module
 from herder.dataplane.delivery import DeliveryPlan
+from herder.dataplane.trickle import read_slices
 from tests.dataplane.conftest import connected
 from tests.integration.conftest import ServerHandle
 
@@ -125,21 +126,35 @@ async def test_a_range_spark_wrote_as_several_files_is_joined(
 
 
 async def _deliver(
-    topics: Any, task: DirectorySinkTask, topic: str, positions: dict[int, int]
+    topics: Any,
+    storage: Storage,
+    task: DirectorySinkTask,
+    topic: str,
+    positions: dict[int, int],
+    arrow: bool,
 ) -> dict[int, int]:
-    """One delivery as the runtime plans it; where it reached."""
+    """One delivery as the runtime plans it, by Spark or by the trickle path's pyarrow;
+    where it reached."""
     states = {s.partition: s for s in await topics.partitions(topic)}
     plan = DeliveryPlan(1_000_000, ranged=task.offset_ranged)
     for partition, position in sorted(positions.items()):
         plan.take(TopicPartition(topic, partition), position, states[partition])
     wanted = plan.by_topic[topic]
-    df, ranges = await topics.read_ranged(topic, wanted, ordered=True)
-    assert ranges is not None, "an offset-ranged sink's delivery is ranged"
-    task.context = PutContext(ranges)
-    await asyncio.to_thread(task.put, df)
+    if arrow:
+        slices = await topics.plan_read(topic, wanted)
+        table = read_slices(storage, topic, slices, 1 << 30)
+        assert table is not None
+        task.context = PutContext(plan.ranges[topic])
+        await asyncio.to_thread(task.put_arrow, table)
+    else:
+        df, ranges = await topics.read_ranged(topic, wanted, ordered=True)
+        assert ranges == plan.ranges[topic], "an offset-ranged sink's delivery is its pieces"
+        task.context = PutContext(ranges)
+        await asyncio.to_thread(task.put, df)
     return {p: stop for p, (_, stop) in wanted.items()}
 
 
+@pytest.mark.parametrize("arrow", [False, True], ids=["spark", "arrow"])
 @pytest.mark.parametrize("partitions", [1, 2])
 async def test_a_zombie_that_reads_further_than_the_owner_writes_nothing_twice(
     ensemble: ServerHandle,
@@ -148,6 +163,7 @@ async def test_a_zombie_that_reads_further_than_the_owner_writes_nothing_twice(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     partitions: int,
+    arrow: bool,
 ) -> None:
     """A sink instance that lost its partitions without knowing it (a paused worker)
     delivers from the last commit again, after its successor did, and sees more segments
@@ -157,7 +173,7 @@ async def test_a_zombie_that_reads_further_than_the_owner_writes_nothing_twice(
     monkeypatch.setattr(reader_module, "MAX_FILES_UNIONED", 4)
     monkeypatch.setattr(delivery_module, "MAX_FILES_UNIONED", 4)
     out = tmp_path / "out"
-    topic = f"zombie-{partitions}"
+    topic = f"zombie-{partitions}-{arrow:d}"
     async with connected(ensemble, storage, spark) as topics:
         await topics.create(topic, partitions)
         writer = SegmentWriter(topics, spark, f"{topic}-0", 1)
@@ -182,12 +198,14 @@ async def test_a_zombie_that_reads_further_than_the_owner_writes_nothing_twice(
 
         await produce(3)
         owner, zombie = started(), started()
-        owner_at = await _deliver(topics, owner, topic, dict.fromkeys(range(partitions), 0))
+        owner_at = await _deliver(
+            topics, storage, owner, topic, dict.fromkeys(range(partitions), 0), arrow
+        )
         await produce(9)
-        await _deliver(topics, zombie, topic, dict.fromkeys(range(partitions), 0))
+        await _deliver(topics, storage, zombie, topic, dict.fromkeys(range(partitions), 0), arrow)
         while sum(owner_at.values()) < sent:
-            owner_at.update(await _deliver(topics, owner, topic, owner_at))
-        await _deliver(topics, zombie, topic, dict.fromkeys(range(partitions), 0))
+            owner_at.update(await _deliver(topics, storage, owner, topic, owner_at, arrow))
+        await _deliver(topics, storage, zombie, topic, dict.fromkeys(range(partitions), 0), arrow)
         owner.stop()
         zombie.stop()
     lines = sorted(

@@ -9,7 +9,7 @@ from zlib import crc32
 import pyspark
 import pytest
 
-from herder.connect import SourceRecord, TopicPartition
+from herder.connect import OffsetRange, SourceRecord, TopicPartition
 from herder.dataplane.delivery import DeliveryPlan
 from herder.dataplane.execution import TaskExecutions
 from herder.dataplane.metadata import (
@@ -126,8 +126,6 @@ def test_reads_take_at_most_max_pieces_and_cut_where_any_other_reader_would() ->
     assert list(state.piece_ends(12)) == [15, 18, 21]
     assert state.read_stop(0, 100, max_pieces=2) == 10
     assert state.read_stop(0, 100, max_pieces=0) == 4  # always at least one piece
-    assert state.pieces_between(0, 10) == 2
-    assert state.pieces_between(4, 21) == 4
     # a read that takes less, or one that starts later, ends where a bigger one cuts
     ends = set(state.piece_ends(0))
     for budget in range(1, 25):
@@ -364,8 +362,21 @@ def test_a_ranged_delivery_takes_at_most_a_read_of_pieces_per_topic() -> None:
     plan.take(a, 0, many)
     plan.take(b, 3, many)
     assert plan.reached == {a: MAX_FILES_UNIONED, b: 3 + MAX_FILES_UNIONED}
+    assert plan.ranges["t"] == [OffsetRange(a, i, i + 1) for i in range(MAX_FILES_UNIONED)]
     assert not plan.wants("t") and plan.wants("v")
     plain = DeliveryPlan(budget=1_000, ranged=False)
     plain.take(a, 0, many)
     assert plain.reached == {a: MAX_FILES_UNIONED + 8}
     assert plain.budget == 1_000 - MAX_FILES_UNIONED - 8
+
+
+def test_a_delivery_of_small_files_is_cut_to_the_trickle_budget_but_a_big_file_goes_whole() -> None:
+    small = state_of(*(ordered_seg(i * 10, 10) for i in range(10)))
+    plan = DeliveryPlan(budget=1_000, ranged=True, small_budget=25)
+    plan.take(TopicPartition("t", 0), 0, small)
+    assert plan.by_topic == {"t": {0: (0, 20)}}
+    assert [(r.from_offset, r.until_offset) for r in plan.ranges["t"]] == [(0, 10), (10, 20)]
+    big = state_of(ordered_seg(0, 500), ordered_seg(500, 10))
+    plan = DeliveryPlan(budget=1_000, ranged=True, small_budget=25)
+    plan.take(TopicPartition("t", 0), 0, big)
+    assert plan.by_topic == {"t": {0: (0, 510)}}

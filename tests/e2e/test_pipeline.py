@@ -5,7 +5,8 @@
 * Two workers, numbered lines appended while the pipeline runs, and ``kill -9`` of the
   worker running a task, restarted each time: the sink file holds every line exactly
   once, in order. Once in the default suite; three times, at different points, in
-  the ``slow`` one.
+  the ``slow`` one. Lines arriving a few at a time, most batches are staged by the
+  worker itself (the trickle path), a restarted source's backlog by Spark.
 * A real zombie: the worker running the source task is stopped (SIGSTOP) until its
   task runs and commits on the other worker, then resumed (SIGCONT): its commit is
   refused as FENCED and none of its batch is visible. In the ``slow`` suite a stopped
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 
 from tests.harness import HERDER, Proc, Processes, free_port, wait_until
@@ -332,6 +334,15 @@ def numbers_pipeline(cluster: Cluster, tmp_path: Path) -> tuple[Path, LineWriter
     return output, writer
 
 
+def staged_by_pyarrow(storage: Path) -> int:
+    """How many staged files under ``storage`` the worker wrote itself with pyarrow
+    (the trickle path) rather than Spark: their footers say who wrote them."""
+    return sum(
+        pq.read_metadata(path).created_by.startswith("parquet-cpp-arrow")
+        for path in (storage / "_staging").rglob("*.parquet")
+    )
+
+
 def wait_for_owner(cluster: Cluster, name: str, timeout: float = 120) -> Worker:
     owner = wait_until(
         lambda: cluster.task_owner(name), timeout=timeout, interval=0.2, what=f"{name} RUNNING"
@@ -391,6 +402,9 @@ def test_kill9_of_the_task_worker(cluster: Cluster, tmp_path: Path, kills: int) 
     finally:
         total = writer.stop()
     finish(cluster, output, total)
+    # a line at a time, most batches are small: the worker staged them itself (the
+    # trickle path, on by default), and exactly once held for them too
+    assert staged_by_pyarrow(cluster.storage), "no batch took the trickle path"
     print(
         json.dumps(
             {

@@ -22,6 +22,7 @@ from herder.connect.records import OffsetRange, TopicPartition
 from herder.connect.task import Task
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 __all__ = ["SinkTask", "SinkTaskContext"]
@@ -136,6 +137,24 @@ class SinkTask(Task):
         :meth:`flush` returns. Raising fails the task; raise a
         :class:`herder.errors.RetriableError` to have the same batch put again.
         """
+
+    def accepts_arrow(self) -> bool:
+        """Whether this task takes small batches as Arrow tables (:meth:`put_arrow`).
+
+        A batch of a few records costs a Spark job when it comes as a DataFrame, which
+        is most of its latency; the runtime reads such a batch itself and hands it to
+        :meth:`put_arrow` instead, where a task says it can write it (see the worker's
+        ``dataplane.trickle.max.records``). Asked once, after :meth:`start`. The
+        default is False: every batch goes to :meth:`put`.
+        """
+        return False
+
+    def put_arrow(self, table: pa.Table) -> None:
+        """Write a small batch given as a ``pyarrow.Table`` of the columns :meth:`put`
+        gets (``timestamp`` in ms, UTC), in (partition, offset) order; called only when
+        :meth:`accepts_arrow` says so. The same contract as :meth:`put` otherwise.
+        """
+        raise NotImplementedError(f"{type(self).__name__} takes no Arrow tables")
 
     def flush(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Make everything put so far durable; ``offsets`` is how far that reaches."""

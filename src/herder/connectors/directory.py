@@ -90,6 +90,7 @@ from herder.errors import ConfigError
 from herder.files import fsync_path
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import pyarrow.fs as pafs
     from pyspark.sql import DataFrame, DataFrameWriter
     from pyspark.sql.types import DataType
@@ -474,6 +475,75 @@ class DirectorySinkTask(SinkTask):
                 fsync_path(self.directory)
         finally:
             shutil.rmtree(temp, ignore_errors=True)
+
+    def accepts_arrow(self) -> bool:
+        # values written as they are, a line each: no Spark expression to apply
+        return self.format == "text" or (
+            self.format == "json" and not self.schema and not self.typed
+        )
+
+    def put_arrow(self, table: pa.Table) -> None:
+        """A small batch of values of bytes as lines, written here rather than by Spark:
+        per partition, the file of its records from its first offset in the batch, as
+        :meth:`_write_batch` names it, renamed into place and flushed as :meth:`put`'s."""
+        import pyarrow.compute as pc
+
+        from herder.connectors.file import lines_data
+
+        temp = os.path.join(self.directory, TEMP_DIR, f"{self._temp_prefix}-{next(self._temps)}")
+        os.makedirs(temp)
+        try:
+            outputs = {}
+            topics, partitions = table["topic"].to_pylist(), table["partition"].to_pylist()
+            for topic, partition in dict.fromkeys(zip(topics, partitions, strict=True)):
+                tp = TopicPartition(topic, partition)
+                if tp not in self.bases:
+                    continue
+                mine = pc.and_(
+                    pc.equal(table["topic"], topic), pc.equal(table["partition"], partition)
+                )
+                rows = table.filter(mine)
+                for first, part in self._cut(tp, rows):
+                    values = part["value"]
+                    if self.format == "json":  # as put does: a null is no document
+                        values = values.drop_null()
+                    if not len(values):
+                        continue
+                    name = output_name(tp, first, self.format)
+                    path = os.path.join(temp, name)
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    try:
+                        for data in lines_data(values):
+                            while data:  # a write may take less than it is given
+                                data = data[os.write(fd, data) :]
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    outputs[name] = path
+            for name, path in outputs.items():
+                os.replace(path, os.path.join(self.directory, name))
+            if outputs:
+                fsync_path(self.directory)
+        finally:
+            shutil.rmtree(temp, ignore_errors=True)
+
+    def _cut(self, tp: TopicPartition, rows: pa.Table) -> list[tuple[int, pa.Table]]:
+        """``tp``'s rows of a put_arrow as outputs and their first offsets: one per
+        offset range of the delivery (its pieces, named as a ranged put names them, so
+        any instance of the task writes the same outputs), or one for them all."""
+        import pyarrow.compute as pc
+
+        ranges = [r for r in self.context.offset_ranges() or () if r.topic_partition == tp]
+        if not ranges:
+            return [(rows["offset"][0].as_py(), rows)] if len(rows) else []
+        offsets = rows["offset"]
+        parts = []
+        for r in ranges:
+            inside = pc.and_(
+                pc.greater_equal(offsets, r.from_offset), pc.less(offsets, r.until_offset)
+            )
+            parts.append((r.from_offset, rows.filter(inside)))
+        return parts
 
     def _write_ranges(
         self, df: DataFrame, temp: str, ranges: Sequence[OffsetRange]

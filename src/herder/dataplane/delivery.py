@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from herder.connect import TopicPartition
+from herder.connect import OffsetRange, TopicPartition
 from herder.dataplane.metadata import PartitionState
 from herder.dataplane.reader import MAX_FILES_UNIONED
 
@@ -27,10 +27,16 @@ class DeliveryPlan:
 
     budget: int
     ranged: bool
+    #: records the deliveries of small files may hold and still take the trickle path
+    #: (0: none may): a delivery of small files is cut to it rather than gathered into
+    #: one delivery for Spark; a bigger first piece (bulk data) still goes whole
+    small_budget: int = 0
     #: ``[position, stop)`` of each partition to read, by topic
     by_topic: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
     #: where each partition read reaches
     reached: dict[TopicPartition, int] = field(default_factory=dict)
+    #: the pieces read, as offset ranges in order, by topic (for an offset-ranged sink)
+    ranges: dict[str, list[OffsetRange]] = field(default_factory=dict)
     _pieces_left: dict[str, int] = field(default_factory=dict)
 
     def wants(self, topic: str) -> bool:
@@ -43,10 +49,23 @@ class DeliveryPlan:
             return
         left = self._pieces_left.get(tp.topic, MAX_FILES_UNIONED) if self.ranged else None
         stop = state.read_stop(position, self.budget, left)
+        if 0 < self.small_budget < stop - position:
+            small = state.read_stop(position, min(self.budget, self.small_budget), left)
+            if small - position <= self.small_budget:
+                stop = small
+        self.small_budget -= stop - position
         if stop <= position:
             return
         if left is not None:
-            self._pieces_left[tp.topic] = max(0, left - state.pieces_between(position, stop))
+            taken = []
+            start = position
+            for end in state.piece_ends(position):
+                if end > stop:
+                    break
+                taken.append(OffsetRange(tp, start, end))
+                start = end
+            self.ranges.setdefault(tp.topic, []).extend(taken)
+            self._pieces_left[tp.topic] = max(0, left - len(taken))
         self.budget -= stop - position
         self.by_topic.setdefault(tp.topic, {})[tp.partition] = (position, stop)
         self.reached[tp] = stop

@@ -9,13 +9,15 @@ and its writes, multiplexed on the shared session, are each idempotent.
 
 Source loop: take a fencing epoch for this incarnation (which fences every older one),
 read the task's committed source offsets linearizably, then repeatedly poll a batch
-(``batch.max.records`` / ``batch.max.ms``), stage it with Spark as Parquet segments, and
+(``batch.max.records`` / ``batch.max.ms``), stage it with Spark as Parquet segments (a
+small one with pyarrow, :mod:`.trickle`), and
 commit *the segment metadata and the source offsets in one ensemble transaction* that
 checks the task's and the connector's fencing epochs and that this batch is the next
 one of this task: exactly once, retries included, and a zombie never commits.
 
 Sink loop: be a member of the connector's group ``connect-<name>``; read the records
-past each assigned partition's committed offset as one DataFrame, ``put`` it, and
+past each assigned partition's committed offset as one DataFrame (a few records, for a
+sink that takes them so, as an Arrow table: :mod:`.trickle`), ``put`` it, and
 commit offsets through the coordinator with the member's generation, so a member that
 lost its partitions cannot commit over their new owner.
 """
@@ -30,7 +32,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from herder.connect import (
     OffsetRange,
@@ -55,6 +57,7 @@ from herder.dataplane.staged import StagedBatch
 from herder.dataplane.storage import Storage, check_reachable
 from herder.dataplane.topics import Topics, TxnRefused
 from herder.dataplane.transforms.pipeline import RecordPipeline, validate_record_handling
+from herder.dataplane.trickle import TrickleLimits, read_slices
 from herder.dataplane.writer import SegmentWriter
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.tailer import LogTailer
@@ -77,6 +80,9 @@ from herder.runtime.stores import OffsetStore
 from herder.runtime.task_metrics import HERDER, Sample, TaskMetrics
 from herder.runtime.worker import ExecutionFactory, TaskControl
 from herder.runtime.worker_config import WorkerConfig
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +129,7 @@ class TaskExecutions(ExecutionFactory):
         # (unless told not to: a worker whose tasks may never run a job saves the JVM)
         if config.originals.get(SPARK_WARMUP, "true").strip().lower() != "false":
             threading.Thread(target=self._warm_up, name="herder-spark-warmup", daemon=True).start()
+        self.trickle = TrickleLimits.from_config(config.originals)
         self.retention_interval_ms = _int(
             config.originals, RETENTION_CHECK_INTERVAL, DEFAULT_RETENTION_CHECK_INTERVAL_MS
         )
@@ -406,7 +413,13 @@ class SourceExecution(_Execution):
         control.doing("in its start()")
         await control.call(self.task.start, dict(self.config))
         control.started()
-        writer = SegmentWriter(self.topics, self.runtime.spark, task=self.name, epoch=epoch)
+        writer = SegmentWriter(
+            self.topics,
+            self.runtime.spark,
+            task=self.name,
+            epoch=epoch,
+            trickle=self.runtime.trickle,
+        )
         await writer.reap()
         checks: list[Op] = [fencing_op(task_fence_id(connector, self.task_id.task), epoch)]
         if connector_epoch is not None:
@@ -545,9 +558,15 @@ def _latest_offsets(
     if isinstance(batch, SourceBatch):
         return [(p, o) for p, o in batch.offsets]
     latest: dict[str, tuple[Mapping[str, Any], Any]] = {}
+    # a task usually gives its records one partition object: its key is made once
+    # (a JSON dump per record cost a poll of 50,000 lines 0.1 CPU-s)
+    last: Mapping[str, Any] | None = None
+    key = ""
     for record in batch:
-        key = json.dumps(record.source_partition, sort_keys=True)
-        latest[key] = (record.source_partition, record.source_offset)
+        partition = record.source_partition
+        if partition is not last:
+            last, key = partition, json.dumps(partition, sort_keys=True)
+        latest[key] = (partition, record.source_offset)
     return list(latest.values())
 
 
@@ -616,6 +635,8 @@ class SinkExecution(_Execution):
         #: delivered records whose offset commit failed and is to be tried again
         self._uncommitted = False
         self._task_lock = asyncio.Lock()
+        #: whether the task takes small batches as Arrow tables (asked after its start)
+        self._accepts_arrow = False
         self.context = _SinkContext(self)
         #: where the task's code runs (the worker's, from the start of the execution)
         self.control = TaskControl(f"task-{self.name}")
@@ -628,6 +649,8 @@ class SinkExecution(_Execution):
         self.task.initialize(self.context)
         control.doing("in its start()")
         await control.call(self.task.start, dict(self.config))
+        # asked once: a task's answer follows from its config
+        self._accepts_arrow = await control.call(self.task.accepts_arrow)
         control.started()
         control.doing("joining its connector's group")
         for topic in topics:
@@ -753,7 +776,10 @@ class SinkExecution(_Execution):
         generation = self._generation
         if generation is None or not self.positions:
             return False
-        plan = DeliveryPlan(max_records, ranged=self.task.offset_ranged)
+        # records a delivery of small files may hold and still take the trickle path
+        plan = DeliveryPlan(
+            max_records, ranged=self.task.offset_ranged, small_budget=self._trickle_budget()
+        )
         states: dict[str, dict[int, PartitionState]] = {}
         for tp, position in sorted(self.positions.items()):
             if tp in self.context.paused() or not plan.wants(tp.topic):
@@ -777,19 +803,24 @@ class SinkExecution(_Execution):
         reading = 0.0
         for topic, ranges in by_topic.items():
             read_at = time.monotonic()
-            df, offset_ranges = await self.topics.read_ranged(
-                topic, ranges, ordered=True, ranged=self.task.offset_ranged, pool=self.name
-            )
-            # transforms select and filter: each Spark partition keeps its offset range
-            df = await self.pipeline.before_put(df)
-            if not self.task.typed_records:
-                df = await self.pipeline.as_bytes(df, topic)
-            reading += time.monotonic() - read_at
             records = sum(stop - start for start, stop in ranges.values())
-            failed = self.pipeline.failed_in_last_batch
+            table = await self._read_trickle(topic, ranges, records)
+            if table is None:
+                df, offset_ranges = await self.topics.read_ranged(
+                    topic, ranges, ordered=True, ranged=self.task.offset_ranged, pool=self.name
+                )
+                # transforms select and filter: each Spark partition keeps its offset range
+                df = await self.pipeline.before_put(df)
+                if not self.task.typed_records:
+                    df = await self.pipeline.as_bytes(df, topic)
+            reading += time.monotonic() - read_at
+            failed = self.pipeline.failed_in_last_batch if table is None else 0
             put_began = time.monotonic()
             try:
-                await self._put(df, offset_ranges)
+                if table is None:
+                    await self._put(df, offset_ranges)
+                else:
+                    await self._put_arrow(table, plan.ranges.get(topic))
             except RetriableError as exc:
                 log.info("sink task %s: put will be retried: %s", self.name, exc)
                 return False
@@ -810,6 +841,26 @@ class SinkExecution(_Execution):
                 time.monotonic() - put_at,
             )
         return True
+
+    def _trickle_budget(self) -> int:
+        """Records a delivery may hold to go by the trickle path; 0 if it cannot."""
+        limits = self.runtime.trickle
+        if not limits.enabled or self.pipeline.chain or not self._accepts_arrow:
+            return 0
+        return limits.max_records
+
+    async def _read_trickle(
+        self, topic: str, ranges: Mapping[int, tuple[int, int]], records: int
+    ) -> pa.Table | None:
+        """A small delivery read with pyarrow for a task that takes Arrow tables, or
+        None to read it with Spark (see :mod:`~herder.dataplane.trickle`): too big,
+        typed, transformed, or a task that takes DataFrames only."""
+        limits = self.runtime.trickle
+        if not self._trickle_budget() or not limits.takes(records, 0):
+            return None
+        slices = await self.topics.plan_read(topic, ranges)
+        storage = self.runtime.storage
+        return await asyncio.to_thread(read_slices, storage, topic, slices, limits.max_bytes)
 
     def _measure_lag(self, states: Mapping[str, Mapping[int, PartitionState]]) -> None:
         """How far this task is behind the partitions it just looked at: records past its
@@ -833,6 +884,15 @@ class SinkExecution(_Execution):
         if records and oldest_ms is not None:
             seconds = max(0.0, time.time() - oldest_ms / 1000)
         self.metrics.sink_lag(records, seconds)
+
+    async def _put_arrow(self, table: pa.Table, ranges: Sequence[OffsetRange] | None) -> None:
+        """``put_arrow``, with the delivery's pieces as the context's offset ranges: an
+        offset-ranged sink writes an output per piece, as from a ranged DataFrame."""
+        self.context.ranges = ranges if self.task.offset_ranged else None
+        try:
+            await self.control.call(self.task.put_arrow, table)
+        finally:
+            self.context.ranges = None
 
     async def _put(self, df: Any, offset_ranges: Sequence[OffsetRange] | None = None) -> None:
         """``put`` on a thread of its own, not a Spark job thread (it may wait on the

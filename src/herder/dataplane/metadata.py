@@ -317,15 +317,6 @@ class PartitionState:
             stop = end
         return position if stop is None else stop
 
-    def pieces_between(self, position: int, stop: int) -> int:
-        """How many pieces a read of ``[position, stop)`` takes."""
-        count = 0
-        for end in self.piece_ends(position):
-            if end > stop:
-                break
-            count += 1
-        return count
-
     @property
     def size_bytes(self) -> int:
         return sum(s.bytes for s in self.live())

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from zlib import crc32
 
+import numpy as np
 import pyarrow as pa
 
 from herder.connect.records import SourceRecord
@@ -75,6 +76,9 @@ def records_to_table(
     records with neither a partition nor a key, and ``now_ms`` the timestamp of records
     without one. ``seq`` counts from 0 in each (topic, partition), in record order.
     """
+    plain = _plain_values(records, partitions, sticky, now_ms)
+    if plain is not None:
+        return plain
     topics: list[str] = []
     parts: list[int] = []
     keys: list[bytes | None] = []
@@ -122,6 +126,53 @@ def records_to_table(
             pa.array(headers, HEADER_TYPE),
             pa.array(stamps, pa.int64()),
             pa.array(seqs, pa.int64()),
+        ],
+        schema=STAGE_SCHEMA,
+    )
+
+
+def _plain_values(
+    records: Sequence[SourceRecord],
+    partitions: Mapping[str, int],
+    sticky: Mapping[str, int],
+    now_ms: int,
+) -> pa.Table | None:
+    """:func:`records_to_table` for the common poll — values of bytes for one topic, no
+    keys, partitions, headers or timestamps of their own (a file's lines) — a column at
+    a time, at a fraction of a record-by-record pass's cost; None for any other poll."""
+    if not records:
+        return None
+    topic = records[0].topic
+    if topic not in partitions:
+        return None
+    values = []
+    for record in records:
+        value = record.value
+        if (
+            record.topic != topic
+            or record.key is not None
+            or record.partition is not None
+            or record.headers
+            or record.timestamp_ms is not None
+            or (value is not None and type(value) is not bytes)
+        ):
+            return None
+        values.append(value)
+    count = len(records)
+    # empty header lists by their offsets: a list of empty Python lists costs Arrow
+    # several ms per thousand records
+    no_headers = pa.ListArray.from_arrays(
+        pa.array(np.zeros(count + 1, dtype=np.int32)), pa.array([], HEADER_TYPE.value_type)
+    )
+    return pa.table(
+        [
+            pa.repeat(pa.scalar(topic, pa.string()), count),
+            pa.repeat(pa.scalar(sticky[topic], pa.int32()), count),
+            pa.nulls(count, pa.binary()),
+            pa.array(values, pa.binary()),
+            no_headers.cast(HEADER_TYPE),
+            pa.repeat(pa.scalar(now_ms, pa.int64()), count),
+            pa.array(np.arange(count, dtype=np.int64)),
         ],
         schema=STAGE_SCHEMA,
     )

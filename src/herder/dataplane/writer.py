@@ -46,6 +46,7 @@ from herder.dataplane.spark import SparkRuntime
 from herder.dataplane.staged import StagedBatch, StagedSegment
 from herder.dataplane.storage import Storage, batch_dir, check_task_name, writer_dir
 from herder.dataplane.topics import Topics
+from herder.dataplane.trickle import OFF, TrickleLimits, write_in_order, write_partitioned
 from herder.dataplane.typed import BYTES_TYPES, SPARK_ROW_METADATA, part_types
 from herder.errors import ConfigError
 
@@ -91,6 +92,7 @@ class SegmentWriter:
         *,
         auto_create: bool = True,
         pool: str | None = None,
+        trickle: TrickleLimits = OFF,
     ) -> None:
         self.topics = topics
         self.spark = spark
@@ -98,6 +100,8 @@ class SegmentWriter:
         self.epoch = epoch
         self.auto_create = auto_create
         self.pool = pool if pool is not None else task
+        #: batches of SourceRecords within these limits are staged by pyarrow
+        self.trickle = trickle
         self._next_batch: int | None = None
         self._allocating = asyncio.Lock()
         self._staged = 0
@@ -126,9 +130,18 @@ class SegmentWriter:
         sticky = self._sticky(counts)
         now = self.topics.clock()
         path = batch_dir(self.task, self.epoch, batch)
+        made: pa.Table | None = None
+        if self.trickle.takes(len(records), self.trickle.max_bytes):
+            # off the event loop, as the Spark job's own conversion is
+            staged = await asyncio.to_thread(
+                self._stage_trickle, records, counts, sticky, now, path
+            )
+            if isinstance(staged, list):
+                return self._staged_batch(batch, staged, topics)
+            made = staged  # too many bytes: Spark's, converted already
 
         def job() -> list[StagedSegment]:
-            table = records_to_table(records, counts, sticky, now)
+            table = made if made is not None else records_to_table(records, counts, sticky, now)
             # createDataFrame makes a Spark partition of every Arrow batch (10k rows),
             # and each would write a file into every partition directory it touches;
             # coalescing keeps neighbouring rows together (without locality, coalesce
@@ -147,6 +160,30 @@ class SegmentWriter:
 
         segments = await self.spark.run(job, pool=self.pool)
         return self._staged_batch(batch, segments, topics)
+
+    def _stage_trickle(
+        self,
+        records: Sequence[SourceRecord],
+        counts: Mapping[str, int],
+        sticky: Mapping[str, int],
+        now: int,
+        path: str,
+    ) -> list[StagedSegment] | pa.Table:
+        """Stage a small batch with pyarrow (:mod:`.trickle`), its files laid out as
+        :meth:`stage_records`'s Spark job lays them out; or, if its records hold more
+        bytes than the trickle path takes, write nothing and give back their table (of
+        STAGE_SCHEMA) for Spark. One call on one thread: each hop between threads costs
+        a record's latency a wake-up."""
+        table = records_to_table(records, counts, sticky, now)
+        if not self.trickle.takes(table.num_rows, table.nbytes):
+            return table
+        only = _single_partition(table)
+        if only is None:
+            write_partitioned(self.storage, path, table)
+            return _describe(self.storage, path)
+        lean, shared = _lean(table.drop_columns(["topic", "partition", "seq"]))
+        write_in_order(self.storage, path, *only, lean)
+        return _describe(self.storage, path, positional=True, timestamp=shared)
 
     async def stage_dataframe(self, df: DataFrame, topic: str | None = None) -> StagedBatch:
         """Stage a DataFrame's rows (a SourceBatch's ``data``) to ``topic`` or its ``topic`` column.
