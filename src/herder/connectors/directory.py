@@ -469,12 +469,17 @@ class DirectorySinkTask(SinkTask):
                 outputs = self._write_batch(df, temp, owned)
             for path in outputs.values():
                 fsync_path(path)
-            for name, path in outputs.items():
-                os.replace(path, os.path.join(self.directory, name))
-            if outputs:
-                fsync_path(self.directory)
+            self._place(outputs)
         finally:
             shutil.rmtree(temp, ignore_errors=True)
+
+    def _place(self, outputs: dict[str, str]) -> None:
+        """Rename flushed outputs (name → path in the task's temporary directory) into
+        place, then flush the directory's entries."""
+        for name, path in outputs.items():
+            os.replace(path, os.path.join(self.directory, name))
+        if outputs:
+            fsync_path(self.directory)
 
     def accepts_arrow(self) -> bool:
         # values written as they are, a line each: no Spark expression to apply
@@ -520,10 +525,7 @@ class DirectorySinkTask(SinkTask):
                     finally:
                         os.close(fd)
                     outputs[name] = path
-            for name, path in outputs.items():
-                os.replace(path, os.path.join(self.directory, name))
-            if outputs:
-                fsync_path(self.directory)
+            self._place(outputs)
         finally:
             shutil.rmtree(temp, ignore_errors=True)
 
