@@ -121,8 +121,11 @@ def test_initial_only_reads_the_rows_and_streams_nothing_with_no_slot(
     assert {v["op"] for _, _, v in found if v} == {"r"}
     rows = {v["after"]["id"]: v["after"]["qty"] for _, _, v in found if v}
     assert len(rows) == len(ids(found))  # each row once
-    expected = {i: i for i in range(1, 2501) if i != 1500} | {3000: 3000, 2000: -1}
-    assert rows == expected  # 10 was read before its change, 2000 after it
+    # 10 was read before its change, 2000 after it; 3000 came above the highest key
+    # the table had when its snapshot began, as a row inserted after a snapshot's start
+    # is not in Debezium's either
+    expected = {i: i for i in range(1, 2501) if i != 1500} | {2000: -1}
+    assert rows == expected
     assert not slot_exists(logical_postgres, logical_database)
 
 
