@@ -104,9 +104,10 @@ def test_metrics_count_what_a_pipeline_moved(cluster: Cluster, tmp_path: Path) -
     assert value(m, "kafka_connect_task_error_total_record_errors", **plain) == 0
     assert value(m, "herder_topic_end_offset", topic="lines", partition="0") == N
     assert value(m, "herder_topic_end_offset", topic="dead", partition="0") == 1
-    assert (value(m, "herder_task_spark_jobs_total", **source) or 0) >= 1
-    assert (value(m, "herder_task_spark_jobs_total", **plain) or 0) >= 1
-    assert (value(m, "herder_task_spark_job_seconds_total", **plain) or 0) > 0
+    # these few lines take the trickle path (no Spark job) where they can; the sink
+    # with a transform runs its transform as Spark expressions
+    assert (value(m, "herder_task_spark_jobs_total", **tolerant) or 0) >= 1
+    assert (value(m, "herder_task_spark_job_seconds_total", **tolerant) or 0) > 0
     # the worker's own groups
     assert value(m, "kafka_connect_worker_connector_count") == 3
     assert value(m, "kafka_connect_worker_task_count") == 3
