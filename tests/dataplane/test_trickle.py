@@ -18,13 +18,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from bench.steps import PutContext
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from herder.connect import SourceRecord, TopicPartition
+from herder.connect import OffsetRange, SinkTask, SourceRecord, TopicPartition
 from herder.connectors.directory import DirectorySinkTask
 from herder.connectors.file import FileStreamSinkTask
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage, Topics
@@ -32,6 +33,7 @@ from herder.dataplane import records as records_module
 from herder.dataplane.records import records_to_table
 from herder.dataplane.trickle import (
     OFF,
+    SINK_ARROW_SCHEMA,
     TRICKLE_MAX_BYTES,
     TRICKLE_MAX_RECORDS,
     TrickleLimits,
@@ -278,3 +280,49 @@ def test_a_poll_of_plain_lines_converts_as_record_by_record(
     monkeypatch.setattr(records_module, "_plain_values", lambda *args: None)
     for name, rs in (("lines", lines), ("keyed", keyed)):
         assert fast[name].equals(records_to_table(rs, {"t": 3}, {"t": 2}, NOW))
+
+
+class _Recording(SinkTask):
+    """A sink that takes Arrow tables but writes DataFrames only: the default put_arrow."""
+
+    offset_ranged = True
+
+    def __init__(self) -> None:
+        self.parts: list[list[tuple[str, int, int, bytes]]] = []
+
+    def version(self) -> str:
+        return "test"
+
+    def start(self, config: dict[str, str]) -> None:
+        self.config = config
+
+    def stop(self) -> None:
+        self.parts = []
+
+    def accepts_arrow(self) -> bool:
+        return True
+
+    def put(self, df: Any) -> None:
+        rows = df.rdd.glom().collect()
+        self.parts = [[(r.topic, r.partition, r.offset, r.value) for r in part] for part in rows]
+
+
+@pytest.mark.parametrize("ranged", [False, True])
+def test_the_default_put_arrow_puts_the_table_as_a_dataframe_a_range_a_partition(
+    spark: SparkRuntime, ranged: bool
+) -> None:
+    rows = [("t", p, o, f"{p}-{o}".encode()) for p in (0, 1) for o in range(5)]
+    table = pa.Table.from_pylist(
+        [{"topic": t, "partition": p, "offset": o, "timestamp": 1_700_000_000_000 + o,
+          "key": None, "value": v, "headers": []} for t, p, o, v in rows],
+        schema=SINK_ARROW_SCHEMA,
+    )  # fmt: skip
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    ranges = [OffsetRange(tp0, 0, 2), OffsetRange(tp0, 2, 5), OffsetRange(tp1, 0, 5)]
+    task = _Recording()
+    task.initialize(PutContext(ranges if ranged else None))
+    task.put_arrow(table)
+    if ranged:
+        assert task.parts == [rows[0:2], rows[2:5], rows[5:10]]
+    else:
+        assert [r for part in task.parts for r in part] == rows
