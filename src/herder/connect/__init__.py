@@ -55,7 +55,7 @@ from herder.connect.records import (
     SourceRecord,
     TopicPartition,
 )
-from herder.connect.sink import SinkTask, SinkTaskContext
+from herder.connect.sink import SinkTask, SinkTaskContext, rows_in
 from herder.connect.source import OffsetReader, SourceTask, SourceTaskContext
 from herder.connect.task import UNDEFINED_VERSION, Task
 from herder.connect.transforms import Outcome, Predicate, Record, Transformation
@@ -86,4 +86,5 @@ __all__ = [
     "Task",
     "TopicPartition",
     "Transformation",
+    "rows_in",
 ]

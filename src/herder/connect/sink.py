@@ -91,6 +91,22 @@ class SinkTaskContext(ABC):
         return None
 
 
+def rows_in(table: pa.Table, offsets: OffsetRange) -> pa.Table:
+    """The rows of an Arrow table of sink records (see :meth:`SinkTask.put_arrow`) that
+    fall in ``offsets``."""
+    import pyarrow.compute as pc
+
+    tp = offsets.topic_partition
+    inside = pc.and_(
+        pc.and_(pc.equal(table["topic"], tp.topic), pc.equal(table["partition"], tp.partition)),
+        pc.and_(
+            pc.greater_equal(table["offset"], offsets.from_offset),
+            pc.less(table["offset"], offsets.until_offset),
+        ),
+    )
+    return table.filter(inside)
+
+
 class SinkTask(Task):
     """Writes one share of a sink connector's partitions to the destination.
 
@@ -162,7 +178,6 @@ class SinkTask(Task):
         """
         from functools import reduce
 
-        import pyarrow.compute as pc
         from pyspark.sql import SparkSession
 
         session = SparkSession.active()
@@ -170,19 +185,7 @@ class SinkTask(Task):
         if not ranges:
             self.put(session.createDataFrame(table))
             return
-        parts = []
-        for r in ranges:
-            inside = pc.and_(
-                pc.and_(
-                    pc.equal(table["topic"], r.topic_partition.topic),
-                    pc.equal(table["partition"], r.topic_partition.partition),
-                ),
-                pc.and_(
-                    pc.greater_equal(table["offset"], r.from_offset),
-                    pc.less(table["offset"], r.until_offset),
-                ),
-            )
-            parts.append(session.createDataFrame(table.filter(inside)).coalesce(1))
+        parts = [session.createDataFrame(rows_in(table, r)).coalesce(1) for r in ranges]
         self.put(reduce(lambda a, b: a.unionAll(b), parts))
 
     def flush(self, offsets: Mapping[TopicPartition, int]) -> None:

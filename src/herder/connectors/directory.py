@@ -77,6 +77,7 @@ from herder.connect import (
     SourceConnector,
     SourceTask,
     TopicPartition,
+    rows_in,
 )
 from herder.connectors.spark_files import (
     WriteBehind,
@@ -533,19 +534,10 @@ class DirectorySinkTask(SinkTask):
         """``tp``'s rows of a put_arrow as outputs and their first offsets: one per
         offset range of the delivery (its pieces, named as a ranged put names them, so
         any instance of the task writes the same outputs), or one for them all."""
-        import pyarrow.compute as pc
-
         ranges = [r for r in self.context.offset_ranges() or () if r.topic_partition == tp]
         if not ranges:
             return [(rows["offset"][0].as_py(), rows)] if len(rows) else []
-        offsets = rows["offset"]
-        parts = []
-        for r in ranges:
-            inside = pc.and_(
-                pc.greater_equal(offsets, r.from_offset), pc.less(offsets, r.until_offset)
-            )
-            parts.append((r.from_offset, rows.filter(inside)))
-        return parts
+        return [(r.from_offset, rows_in(rows, r)) for r in ranges]
 
     def _write_ranges(
         self, df: DataFrame, temp: str, ranges: Sequence[OffsetRange]
