@@ -33,11 +33,18 @@ class DeliveryPlan:
     small_budget: int = 0
     #: ``[position, stop)`` of each partition to read, by topic
     by_topic: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
-    #: where each partition read reaches
-    reached: dict[TopicPartition, int] = field(default_factory=dict)
     #: the pieces read, as offset ranges in order, by topic (for an offset-ranged sink)
     ranges: dict[str, list[OffsetRange]] = field(default_factory=dict)
     _pieces_left: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def reached(self) -> dict[TopicPartition, int]:
+        """Where each partition read reaches."""
+        return {
+            TopicPartition(topic, partition): stop
+            for topic, reads in self.by_topic.items()
+            for partition, (_, stop) in reads.items()
+        }
 
     def wants(self, topic: str) -> bool:
         """Whether this delivery can take more of ``topic``."""
@@ -68,4 +75,3 @@ class DeliveryPlan:
             self._pieces_left[tp.topic] = max(0, left - len(taken))
         self.budget -= stop - position
         self.by_topic.setdefault(tp.topic, {})[tp.partition] = (position, stop)
-        self.reached[tp] = stop
