@@ -11,9 +11,11 @@ across partitions promises nothing and is sorted when read in order.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from zlib import crc32
 
 import pytest
 from pyspark.sql import functions as F
@@ -22,6 +24,7 @@ from herder.connect import OffsetRange, SourceRecord, TopicPartition
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage
 from herder.dataplane import writer as writer_module
 from herder.dataplane.datasource import line_ranges_dataframe, plan_line_ranges
+from herder.dataplane.delivery import DeliveryPlan
 from herder.dataplane.reader import ROW_INDEX, slice_batches
 from herder.dataplane.staged import StagedBatch, StagedSegment
 from herder.dataplane.storage import batch_dir
@@ -165,6 +168,86 @@ async def test_batches_across_partitions_promise_no_order_and_are_sorted(
             [(r.topic_partition.partition, o) for o in range(r.from_offset, r.until_offset)]
             for r in offset_ranges
         ]
+
+
+async def test_keyed_rows_for_a_topic_of_one_partition_are_staged_in_order(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyed DataFrame whose topic has one partition (a table snapshot's chunk) is
+    staged as it comes, keys and all, like keyless rows: a positional segment whose
+    files hold the DataFrame's rows in order, which every reader reads back by position,
+    and a sink's delivery cuts at its files. Into a topic of several partitions, keys
+    still pick the partition."""
+    monkeypatch.setattr(writer_module, "MAX_RECORDS_PER_FILE", 400)
+    count = 1_000
+
+    def keyed(topic: str) -> Any:
+        # three Spark partitions, so three tasks write files; string keys, some null
+        ids = spark.session.range(0, count, 1, 3)
+        key = F.when(F.col("id") % 10 != 0, F.format_string("k%d", F.col("id") % 7))
+        value = F.format_string("v%04d", F.col("id")).cast("binary")
+        return ids.select(key.alias("key"), value.alias("value"))
+
+    def expected_key(i: int) -> bytes | None:
+        return None if i % 10 == 0 else b"k%d" % (i % 7)
+
+    expected = [(i, expected_key(i), b"v%04d" % i) for i in range(count)]
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("snapshot", 1)
+        writer = SegmentWriter(topics, spark, "snapshot-0", 1)
+        staged = await writer.stage(await spark.run(keyed, "snapshot"), "snapshot")
+        [segment] = staged.segments
+        assert segment.file_counts is not None and sum(segment.file_counts) == count
+        assert len(segment.files) >= 3 and max(segment.file_counts) <= 400
+        assert segment.key_type is None  # bytes
+        stored = storage.footer(segment.files[0]).schema.to_arrow_schema()
+        assert stored.names[:2] == ["key", "value"] and "seq" not in stored.names
+        assert str(stored.field("key").type) == "binary"
+        await topics.commit(staged)
+
+        for unioned in (0, 32):  # one scan of every file; file by file
+            monkeypatch.setattr("herder.dataplane.reader.MAX_FILES_UNIONED", unioned)
+            got = await spark.run((await topics.read("snapshot", ordered=True)).collect)
+            assert [(r["offset"], r["key"], r["value"]) for r in got] == expected
+            df = await topics.read("snapshot", {0: (350, 820)}, ordered=True)
+            got = await spark.run(df.collect)
+            assert [(r["offset"], r["key"], r["value"]) for r in got] == expected[350:820]
+        plan = await topics.plan_read("snapshot", {0: (350, 820)})
+        assert [(r["offset"], r["key"], r["value"]) for r in slice_rows(storage, plan)] == (
+            expected[350:820]
+        )
+
+        # a sink's delivery from offset 350 takes whole files, as read in ranges
+        tp = TopicPartition("snapshot", 0)
+        delivery = DeliveryPlan(budget=500, ranged=True)
+        delivery.take(tp, 350, await topics.partition("snapshot", 0))
+        [(position, stop)] = delivery.by_topic["snapshot"].values()
+        ends = list(itertools.accumulate(segment.file_counts))
+        assert position == 350 and stop in ends and stop > 350
+        assert [r.until_offset for r in delivery.ranges["snapshot"]] == [
+            e for e in ends if 350 < e <= stop
+        ]
+        df, ranges = await topics.read_ranged("snapshot", {0: (position, stop)}, ordered=True)
+        assert ranges == delivery.ranges["snapshot"]
+        parts = await spark.run(lambda: df.rdd.glom().collect())
+        assert [[(r["offset"], r["key"]) for r in part] for part in parts] == [
+            [(o, expected_key(o)) for o in range(r.from_offset, r.until_offset)] for r in ranges
+        ]
+
+        await topics.create("snapshot-spread", 3)
+        staged = await writer.stage(await spark.run(keyed, "snapshot-spread"), "snapshot-spread")
+        assert all(s.file_counts is None for s in staged.segments)
+        await topics.commit(staged)
+        got = await spark.run((await topics.read("snapshot-spread", ordered=True)).collect)
+        by_value = sorted((r["value"], r["key"]) for r in got if r["key"] is not None)
+        assert by_value == [(v, k) for _, k, v in expected if k is not None]
+        assert len(got) == count
+        keyed_rows = [r for r in got if r["key"] is not None]
+        assert all(r["partition"] == crc32(r["key"]) % 3 for r in keyed_rows)
+        assert len({r["partition"] for r in keyed_rows}) == 3
+        for p in range(3):
+            values = [r["value"] for r in got if r["partition"] == p]
+            assert values == sorted(values)  # each partition in the DataFrame's order
 
 
 def stage_with_seq(storage: Storage, task: str, batch: int, topic: str, values: list[bytes]) -> str:

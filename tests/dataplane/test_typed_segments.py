@@ -92,6 +92,46 @@ async def test_a_typed_value_is_stored_and_read_back_with_its_types(
         assert set(shown) == set(source.columns)
 
 
+async def test_typed_rows_for_a_topic_of_one_partition_keep_their_order_and_types(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table snapshot's chunk — a struct key, a struct value — into a topic of one
+    partition is staged in its order, without numbering (a positional segment), and
+    read back with its types, in that order, whole or in part."""
+    monkeypatch.setattr("herder.dataplane.writer.MAX_RECORDS_PER_FILE", 8)
+    source = rows(spark, range(30))
+    chunk = source.select(
+        F.struct("id").alias("key"), F.struct(*[F.col(c) for c in source.columns]).alias("value")
+    )
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("typed-chunk", 1)
+        writer = SegmentWriter(topics, spark, "typed-chunk-0", 1)
+        staged = await writer.stage(chunk, "typed-chunk")
+        [segment] = staged.segments
+        assert segment.file_counts is not None and len(segment.files) >= 4
+        assert json.loads(segment.key_type or "null")["fields"][0]["name"] == "id"
+        assert json.loads(segment.value_type or "null")["type"] == "struct"
+        file_schema = pq.read_schema(storage.fs_path(segment.files[0]))
+        assert file_schema.names[:2] == ["key", "value"] and "seq" not in file_schema.names
+        await topics.commit(staged)
+
+        expected = [r.asDict(recursive=True) for r in source.collect()]
+        df = await topics.read("typed-chunk", ordered=True)
+        assert df.schema["key"].dataType == chunk.schema["key"].dataType
+        assert df.schema["value"].dataType == source.schema
+        got = df.select("offset", "key.id", "value").collect()
+        assert [(r["offset"], r["id"]) for r in got] == [(i, i) for i in range(30)]
+        assert [r["value"].asDict(recursive=True) for r in got] == expected
+        part = (await topics.read("typed-chunk", {0: (6, 19)}, ordered=True)).collect()
+        assert [r["offset"] for r in part] == list(range(6, 19))
+        assert [r["key"]["id"] for r in part] == list(range(6, 19))
+        assert [r["value"].asDict(recursive=True) for r in part] == expected[6:19]
+        # the CLI shows a typed key and value as their JSON
+        shown = slice_rows(storage, await topics.plan_read("typed-chunk", {0: (6, 19)}))
+        assert [json.loads(r["key"]) for r in shown] == [{"id": i} for i in range(6, 19)]
+        assert [json.loads(r["value"])["id"] for r in shown] == list(range(6, 19))
+
+
 async def test_segments_before_and_after_a_column_was_added_read_as_one_dataframe(
     ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
 ) -> None:

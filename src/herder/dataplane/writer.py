@@ -10,7 +10,8 @@ Nothing it writes is visible until :meth:`Topics.commit
 Offsets are given out only at commit, as a segment's ``base_offset``, so staging needs
 no coordination with other writers; a record's place within its segment is fixed by the
 write. A batch whose records all go to one partition (one topic, no keys — a file's
-lines, a poll of keyless records) is written as it comes, each Spark task's rows to
+lines, a poll of keyless records — or a topic of one partition, such as a table
+snapshot's chunk of keyed rows) is written as it comes, each Spark task's rows to
 files of its own, in order; the segment records how many each file holds, and a
 record's place is its file's first plus its row's index in the file (see
 :func:`_write_partition`): no shuffle, no numbering. A batch spread over partitions
@@ -202,16 +203,18 @@ class SegmentWriter:
                 f"a SourceBatch DataFrame has no use for column {unknown[0]!r} "
                 f"(its columns are {', '.join(SOURCE_BATCH_COLUMNS)})"
             )
-        if topic is not None and not columns & {"partition", "key"}:
-            # one topic and no key or partition column: every row goes to one partition
-            return await self._stage_in_order(df, types, topic)
         if topic is not None:
-            names = {topic}
+            topics = await self._resolve({topic})
+            if "partition" not in columns and (
+                "key" not in columns or topics[topic].partitions == 1
+            ):
+                # no partitions of the rows' own, and no keys to spread the rows or
+                # nowhere to spread them: every row goes to one partition
+                return await self._stage_in_order(df, types, topics[topic])
         elif "topic" in columns:
-            names = set(await self.spark.run(_distinct_topics, df, pool=self.pool))
+            topics = await self._resolve(await self.spark.run(_distinct_topics, df, pool=self.pool))
         else:
             raise ConfigError("a SourceBatch needs a topic, or a topic column in its DataFrame")
-        topics = await self._resolve(names)
         batch = await self._allocate()
         if not topics:  # an empty DataFrame with a topic column
             return StagedBatch(self.task, self.epoch, batch, [], {})
@@ -228,30 +231,33 @@ class SegmentWriter:
         return self._staged_batch(batch, segments, topics)
 
     async def _stage_in_order(
-        self, df: DataFrame, types: Mapping[str, str], topic: str
+        self, df: DataFrame, types: Mapping[str, str], topic: Topic
     ) -> StagedBatch:
-        """Stage rows that all go to one partition (one topic, no keys, no partitions of
-        their own) as they come, without numbering them.
+        """Stage rows that all go to one partition (one topic and no partitions of their
+        own; no keys, or a topic of one partition) as they come, without numbering them.
 
         Spark writes each of the DataFrame's partitions in order to files of its own,
         named by its index (see :func:`_write_partition`), so the files, in order, hold
         the records in the DataFrame's order — the order in which numbering them would
         have given offsets — and a record's offset is its file's first offset plus its
-        row's index in the file. Spark adds no shuffle, and the files no ``seq``.
+        row's index in the file. Spark adds no shuffle, and the files no ``seq``: a
+        snapshot's chunk of keyed rows into a topic of one partition is written as a
+        keyless batch is, keys and all, rather than shuffled and sorted to be numbered.
         """
-        topics = await self._resolve({topic})
         batch = await self._allocate()
-        sticky = self._sticky({topic: topics[topic].partitions})
+        sticky = self._sticky({topic.name: topic.partitions})
         now = self.topics.clock()
         path = batch_dir(self.task, self.epoch, batch)
 
         def job() -> list[StagedSegment]:
-            # no keys; no headers and, unless the rows have their own, one timestamp:
-            # the files leave those columns out (see _lean). Values alone are written
-            # as they come: another select costs an analysis.
+            # keys only if the rows have them; no headers and, unless the rows have
+            # their own, one timestamp: the files leave those columns out (see _lean).
+            # Values alone are written as they come: another select costs an analysis.
             rows = df
             if list(types) != ["value"]:
-                columns = [_value(types).alias("value")]
+                # in the order of a segment file's columns (SEGMENT_SCHEMA)
+                columns = [_key(types).alias("key")] if "key" in types else []
+                columns.append(_value(types).alias("value"))
                 if "headers" in types:
                     columns.append(_headers(types).alias("headers"))
                 if "timestamp" in types:
@@ -259,7 +265,7 @@ class SegmentWriter:
                 rows = df.select(*columns)
             shared = None if "timestamp" in types else now
             began = time.monotonic()
-            _write_partition(rows, self.storage, path, topic, sticky[topic])
+            _write_partition(rows, self.storage, path, topic.name, sticky[topic.name])
             written = time.monotonic()
             segments = _describe(self.storage, path, positional=True, timestamp=shared)
             log.debug(
@@ -272,7 +278,7 @@ class SegmentWriter:
             return segments
 
         segments = await self.spark.run(job, pool=self.pool)
-        return self._staged_batch(batch, segments, {topic: topics[topic]})
+        return self._staged_batch(batch, segments, {topic.name: topic})
 
     async def discard(self, staged: StagedBatch) -> None:
         """Delete a batch that will never be committed (its commit was refused)."""
@@ -357,6 +363,17 @@ def _by_topic(topic: Column, values: Mapping[str, int]) -> Column:
     return expr
 
 
+def _key(types: Mapping[str, str]) -> Column:
+    """Each row's key as a segment holds it: bytes (of a ``binary`` or ``string`` key)
+    as ``binary``, whose CRC-32 picks a keyed record's partition however it came; any
+    other type is a typed key, stored natively (:mod:`.typed`)."""
+    from pyspark.sql import functions as F
+
+    if types["key"] in BYTES_TYPES:
+        return F.col("key").cast("binary")
+    return F.col("key")
+
+
 def _value(types: Mapping[str, str]) -> Column:
     """Each row's value as a segment holds it (``types``: the DataFrame's, by column):
     as it is. A ``string`` holds its bytes (Spark's text reader does not decode lines)
@@ -402,13 +419,10 @@ def _sequenced(
     topic_col = F.lit(topic) if topic is not None else F.col("topic")
     if "key" not in types:
         key, hashed = F.lit(None).cast("binary"), F.lit(0)
-    elif types["key"] in BYTES_TYPES:
-        key = F.col("key").cast("binary")
-        hashed = F.crc32(key)
     else:
-        # a typed key, stored natively: its partition from Spark's hash of its value
-        key = F.col("key")
-        hashed = F.hash(key)
+        key = _key(types)
+        # bytes by their CRC-32, as a SourceRecord's; a typed key by Spark's hash of it
+        hashed = F.crc32(key) if types["key"] in BYTES_TYPES else F.hash(key)
     headers = _headers(types)
     timestamp = _timestamp(types, now_ms)
     count = _by_topic(topic_col, counts)
