@@ -40,13 +40,23 @@ def cdc_task(config: dict[str, str], offsets: Offsets) -> PostgresCdcSourceTask:
 Event = tuple[str, dict[str, Any] | None, dict[str, Any] | None]
 
 
+def with_topic(batch: SourceBatch) -> Any:
+    """The batch's DataFrame with a ``topic`` column (a batch of one topic names it
+    instead)."""
+    from pyspark.sql import functions as F
+
+    if batch.topic is None:
+        return batch.data
+    return batch.data.withColumn("topic", F.lit(batch.topic))
+
+
 def events_of(batch: SourceBatch) -> list[Event]:
     """(topic, key, value) of each record of a batch, in order, typed values decoded."""
     from pyspark.sql import functions as F
 
     from herder.dataplane.schemas import distinct_schemas, merged_struct, with_decoded
 
-    df = batch.data.withColumn("_n", F.monotonically_increasing_id())
+    df = with_topic(batch).withColumn("_n", F.monotonically_increasing_id())
     found: list[tuple[int, Event]] = []
     for (topic,) in df.select("topic").distinct().collect():
         part = df.where(F.col("topic") == topic)

@@ -12,7 +12,7 @@ import pytest
 from herder.connect import SourceBatch
 from herder.dataplane import SparkRuntime
 from herder.dataplane.transforms import TransformChain
-from tests.connectors.cdc import cdc_config, cdc_task, dbname
+from tests.connectors.cdc import cdc_config, cdc_task, dbname, with_topic
 from tests.connectors.jdbc import Offsets
 from tests.fixtures.postgres import PostgresServer
 
@@ -66,7 +66,7 @@ def sink_records(batch: SourceBatch) -> Any:
 
     from herder.dataplane.records import HEADERS_DDL
 
-    return batch.data.select(
+    return with_topic(batch).select(
         "topic",
         F.lit(0).alias("partition"),
         F.monotonically_increasing_id().alias("offset"),

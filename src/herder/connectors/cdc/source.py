@@ -39,6 +39,7 @@ from herder.connectors.cdc.lag import SlotLag
 from herder.connectors.cdc.pgoutput import Relation, decode, format_lsn
 from herder.connectors.cdc.slot import ALL_TABLES, AUTOCREATE_MODES, SetupError, Slot
 from herder.connectors.cdc.snapshot import (
+    ExportedSnapshot,
     SnapshotProgress,
     plan_chunk,
     read_chunk,
@@ -258,6 +259,10 @@ class PostgresCdcSourceTask(SourceTask):
         self.split_rows: int = settings[SPLIT_ROWS]
         self.drop_on_stop: bool = settings[SLOT_DROP]
         self._stopping = threading.Event()
+        #: the snapshot the last chunk's rows are read in, until they are written
+        self._exported: ExportedSnapshot | None = None
+        #: a chunk's rows, to return after the batch of changes that came before them
+        self._pending: SourceBatch | None = None
         #: held while the slot is peeked: it serves one reader at a time
         self._reading = threading.Lock()
         self.slot = Slot(self.database, settings[SLOT], settings[PUBLICATION])
@@ -340,6 +345,10 @@ class PostgresCdcSourceTask(SourceTask):
     def poll(self) -> SourceBatch | None:
         if self._stopping.is_set():
             return None
+        if self._pending is not None:
+            # a chunk's rows, after the changes up to its high watermark
+            pending, self._pending = self._pending, None
+            return pending
         if self.snapshot is not None:
             return self._snapshot_chunk(self.snapshot)
         if self.mode == INITIAL_ONLY:
@@ -515,27 +524,36 @@ class PostgresCdcSourceTask(SourceTask):
     # -- snapshots ---------------------------------------------------------------------------
 
     def _snapshot_chunk(self, progress: SnapshotProgress) -> SourceBatch | None:
+        """The next chunk of the snapshot: the changes up to its high watermark first,
+        as a batch of their own if there are any, then its rows (:mod:`.snapshot`).
+
+        The rows are a batch of one topic: written in the order read, with no shuffle.
+        A crash between the two batches loses nothing: the changes' batch commits the
+        stream's position with the chunk still to read, and a restarted task reads the
+        chunk again, in a new snapshot, after them."""
         from herder.dataplane.spark import spark_runtime
 
+        self._release_snapshot()
         session = spark_runtime().session
         table = TableId.parse(progress.tables[0])
         shape = self._table_shape(table)
         chunk = None
         until = progress.until
         if shape is not None:
-
-            def query(sql: str) -> Any:
-                return self.slot.rows(sql)[0]
-
+            self._exported = ExportedSnapshot(self.database)
+            query = self._exported.first_row
             if progress.after is None:
                 until = snapshot_end(query, shape)
             chunk = plan_chunk(
                 query, shape, progress.after, self.chunk_rows, self.split_rows, until
             )
         if shape is None or chunk is None:
+            self._release_snapshot()
             self.snapshot = progress.chunk_done(None)
             return self._snapshot_chunk(self.snapshot) if self.snapshot else None
-        rows = read_chunk(session, self.database.libpq(), shape, chunk)
+        assert self._exported is not None
+        rows = read_chunk(session, self.database.libpq(), shape, chunk, self._exported.id)
+        # the high watermark: past every change the exported snapshot sees
         high = self.slot.flushed_lsn()
         if self.mode == INITIAL_ONLY:
             # no stream to merge: the chunk's rows as read, nothing else
@@ -557,7 +575,7 @@ class PostgresCdcSourceTask(SourceTask):
         )  # fmt: skip
         reads = snapshot_events(session, rows, shape, touched, source, now)
         log.info(
-            "PostgresCdcSource %s: snapshot of %s, chunk up to key %s (%d pieces), with %d"
+            "PostgresCdcSource %s: snapshot of %s, chunk up to key %s (%d pieces), after %d"
             " change events",
             self.prefix,
             table,
@@ -565,9 +583,27 @@ class PostgresCdcSourceTask(SourceTask):
             len(chunk.pieces),
             events.count,
         )
-        batch = self._batch(events, reached, reads, after)
+        changes = self._batch(events, reached, None, progress) if events.count else None
+        self.position = self.confirmable = reached
+        self.last_emit = time.monotonic()
+        chunk_batch = SourceBatch(
+            reads,
+            [(self.partition, self._offset(reached, after))],
+            shape.topic,
+            check=self._release_snapshot,
+        )
         self.snapshot = after
-        return batch
+        if changes is None:
+            return chunk_batch
+        self._pending = chunk_batch
+        return changes
+
+    def _release_snapshot(self) -> None:
+        """End the exported snapshot of the last chunk: its rows are written (or will
+        never be)."""
+        exported, self._exported = self._exported, None
+        if exported is not None:
+            exported.close()
 
     def _table_shape(self, table: TableId) -> TableShape | None:
         """A table's shape from the catalog; None (and a warning) if it was dropped."""
@@ -593,7 +629,10 @@ class PostgresCdcSourceTask(SourceTask):
     # -- confirming, stopping ----------------------------------------------------------------
 
     def commit(self) -> None:
-        """The last batch and its offset are committed: the slot may let go of them."""
+        """The last batch and its offset are committed: the slot may let go of them (and
+        the snapshot of a chunk whose rows it held, of the table)."""
+        if self._pending is None:
+            self._release_snapshot()
         if self.confirmable > 0 and self.mode != INITIAL_ONLY and not self._stopping.is_set():
             self.slot.advance(self.confirmable)
 
@@ -609,6 +648,8 @@ class PostgresCdcSourceTask(SourceTask):
 
     def stop(self) -> None:
         self._stopping.set()
+        if getattr(self, "_exported", None) is not None:
+            self._release_snapshot()
         slot = getattr(self, "slot", None)
         if slot is None:
             return
