@@ -51,8 +51,10 @@ def with_topic(batch: SourceBatch) -> Any:
 
 
 def events_of(batch: SourceBatch) -> list[Event]:
-    """(topic, key, value) of each record of a batch, in order, typed values decoded."""
+    """(topic, key, value) of each record of a batch, in order: typed values as they
+    are, values of bytes decoded from their envelopes (heartbeats)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, StringType
 
     from herder.dataplane.schemas import distinct_schemas, merged_struct, with_decoded
 
@@ -62,6 +64,9 @@ def events_of(batch: SourceBatch) -> list[Event]:
         part = df.where(F.col("topic") == topic)
         decoded: dict[str, tuple[str, dict]] = {}
         for column in ("key", "value"):
+            if not isinstance(part.schema[column].dataType, (BinaryType, StringType)):
+                part = part.withColumn(f"_{column}", F.col(column))
+                continue
             schemas = distinct_schemas(part, column)
             if schemas:
                 decoded[f"_{column}"] = (column, merged_struct(schemas))

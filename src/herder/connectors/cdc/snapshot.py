@@ -201,18 +201,14 @@ def snapshot_events(
     ts_ms: int,
 ) -> DataFrame:
     """The chunk's rows, but those whose keys are in ``touched``, as ``r`` events
-    (typed records: key and value, all of ``shape``'s topic).
-
-    An ``r`` event's value differs from the next one's only in ``after``: its envelope
-    (the schema, then ``before``, ``source``, ``op`` and ``ts_ms``) is the same text for
-    the whole chunk, built once by :func:`_envelope_around_after`, so each row costs
-    only the JSON of its own columns.
-    """
+    (typed records: key and value, all of ``shape``'s topic): the value is the envelope
+    with the row as ``after``, and the same ``source``, ``op`` and ``ts_ms`` for the
+    whole chunk, built by the executors as they read."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from herder.dataplane.schemas import encode_column, wire_payload
+    from herder.connectors.cdc.events import source_type
 
     key_type = shape.key_type
     if touched and splittable(shape):
@@ -224,42 +220,17 @@ def snapshot_events(
             pa.Table.from_pylist(list(touched), schema=to_arrow_schema(key_type, timezone="UTC"))
         )
         rows = rows.join(keys, on=list(shape.key), how="left_anti")
-    before, after = _envelope_around_after(session, shape, source, ts_ms)
-    row = F.struct(*[F.col(f"`{f.name}`") for f in shape.row_type.fields])
-    value = F.concat(F.lit(before), wire_payload(row, shape.row_type), F.lit(after))
-    key = F.lit(None).cast("binary")
-    if key_type is not None:
-        key_struct = F.struct(*[F.col(f"`{k}`") for k in shape.key])
-        key = encode_column(key_struct, key_type, f"{shape.topic}.Key")
-    return rows.select(key.alias("key"), value.cast("binary").alias("value"))
-
-
-def _envelope_around_after(
-    session: SparkSession, shape: TableShape, source: dict[str, Any], ts_ms: int
-) -> tuple[str, str]:
-    """The text of a chunk's ``r`` event values before and after their ``after``
-    payload: the envelope :func:`~herder.dataplane.schemas.encode_column` writes for an
-    event whose ``after`` is null, taken from a one-row job in the JVM so that every
-    byte is Spark's own, cut where that null stands."""
-    from pyspark.sql import functions as F
-
-    from herder.connectors.cdc.events import source_type
-    from herder.dataplane.schemas import encode_column, schema_text
-
-    name = f"{shape.topic}.Envelope"
     source_struct = F.struct(
         *[F.lit(source[f.name]).cast(f.dataType).alias(f.name) for f in source_type().fields]
     )
     value = F.struct(
         F.lit(None).cast(shape.row_type).alias("before"),
-        F.lit(None).cast(shape.row_type).alias("after"),
+        F.struct(*[F.col(f"`{f.name}`") for f in shape.row_type.fields]).alias("after"),
         source_struct.alias("source"),
         F.lit("r").alias("op"),
         F.lit(ts_ms).cast("long").alias("ts_ms"),
     )
-    encoded = encode_column(value, shape.value_type, name).cast("string")
-    text: str = session.range(1).select(encoded).first()[0]  # type: ignore[index]
-    head = '{"schema":' + schema_text(shape.value_type, name) + ',"payload":{"before":null,"after":'
-    if not text.startswith(head + "null,"):
-        raise AssertionError(f"an r event of {shape.table} does not begin as planned: {text[:200]}")
-    return head, text[len(head) + len("null") :]
+    key = F.lit(None).cast("binary")
+    if key_type is not None:
+        key = F.struct(*[F.col(f"`{k}`") for k in shape.key])
+    return rows.select(key.alias("key"), value.alias("value"))
