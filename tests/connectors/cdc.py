@@ -40,18 +40,33 @@ def cdc_task(config: dict[str, str], offsets: Offsets) -> PostgresCdcSourceTask:
 Event = tuple[str, dict[str, Any] | None, dict[str, Any] | None]
 
 
-def events_of(batch: SourceBatch) -> list[Event]:
-    """(topic, key, value) of each record of a batch, in order, typed values decoded."""
+def with_topic(batch: SourceBatch) -> Any:
+    """The batch's DataFrame with a ``topic`` column (a batch of one topic names it
+    instead)."""
     from pyspark.sql import functions as F
+
+    if batch.topic is None:
+        return batch.data
+    return batch.data.withColumn("topic", F.lit(batch.topic))
+
+
+def events_of(batch: SourceBatch) -> list[Event]:
+    """(topic, key, value) of each record of a batch, in order: typed values as they
+    are, values of bytes decoded from their envelopes (heartbeats)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, StringType
 
     from herder.dataplane.schemas import distinct_schemas, merged_struct, with_decoded
 
-    df = batch.data.withColumn("_n", F.monotonically_increasing_id())
+    df = with_topic(batch).withColumn("_n", F.monotonically_increasing_id())
     found: list[tuple[int, Event]] = []
     for (topic,) in df.select("topic").distinct().collect():
         part = df.where(F.col("topic") == topic)
         decoded: dict[str, tuple[str, dict]] = {}
         for column in ("key", "value"):
+            if not isinstance(part.schema[column].dataType, (BinaryType, StringType)):
+                part = part.withColumn(f"_{column}", F.col(column))
+                continue
             schemas = distinct_schemas(part, column)
             if schemas:
                 decoded[f"_{column}"] = (column, merged_struct(schemas))

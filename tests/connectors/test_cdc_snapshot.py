@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from herder.connect import SourceBatch
 from herder.connectors.jdbc.postgres import DatabaseError
 from herder.dataplane import SparkRuntime
 from tests.connectors.cdc import Event, cdc_config, cdc_task, dbname, events_of
@@ -61,13 +62,35 @@ def utc(moment: Any) -> dt.datetime:
 
 
 def poll_batch(task: Any, offsets: Offsets, *, commit: bool = True) -> list[Event]:
+    return poll_one(task, offsets, commit=commit)[1]
+
+
+def poll_one(
+    task: Any, offsets: Offsets, *, commit: bool = True
+) -> tuple[SourceBatch, list[Event]]:
+    """The task's next batch and its events, read (as the runtime writes them) before
+    the batch commits."""
     batch = task.poll()
     assert batch is not None
     events = events_of(batch)
     if commit:
         offsets.commit(batch)
         task.commit()
-    return events
+    return batch, events
+
+
+def poll_chunk(task: Any, offsets: Offsets, *, commit: bool = True) -> list[Event]:
+    """The events of the next snapshot chunk: the changes up to its high watermark, in
+    batches of their own if there are any, then its rows, in a batch of the table's one
+    topic (written in order, with no shuffle)."""
+    events: list[Event] = []
+    while True:
+        batch, found = poll_one(task, offsets, commit=commit)
+        assert batch.topic is not None  # the table's one topic, no topic column
+        events += found
+        if any(v is not None and v["op"] == "r" for _, _, v in found):
+            assert {v["op"] for _, _, v in found if v} == {"r"}
+            return events
 
 
 def test_chunks_merge_with_changes_made_during_the_snapshot(
@@ -78,7 +101,7 @@ def test_chunks_merge_with_changes_made_during_the_snapshot(
     task = cdc_task(config(logical_postgres, stock), offsets)
     rows: dict[int, dict[str, Any]] = {}
     try:
-        first = poll_batch(task, offsets)
+        first = poll_chunk(task, offsets)
         assert {v["op"] for _, _, v in first if v} == {"r"}
         assert sorted(key["id"] for _, key, _ in first if key) == list(range(1, 1001))
         replay(first, rows)
@@ -90,7 +113,7 @@ def test_chunks_merge_with_changes_made_during_the_snapshot(
             "UPDATE stock SET id = 9001 WHERE id = 1700",
             db,
         )
-        second = poll_batch(task, offsets)
+        second = poll_chunk(task, offsets)
         by_key: dict[int, list[str]] = {}
         for _, key, value in second:
             if key is not None and value is not None:
@@ -100,7 +123,7 @@ def test_chunks_merge_with_changes_made_during_the_snapshot(
         assert by_key[1700] == ["d"] and by_key[9001] == ["c"] and by_key[6] == ["d"]
         assert by_key[1501] == ["r"] and by_key[5] == ["u"]
         replay(second, rows)
-        third = poll_batch(task, offsets)
+        third = poll_chunk(task, offsets)
         replay(third, rows)
         assert rows == table(logical_postgres, stock)
         (offset,) = offsets.committed.values()
@@ -115,14 +138,14 @@ def test_a_crash_mid_snapshot_resumes_after_the_last_committed_chunk(
     offsets = Offsets()
     task = cdc_task(config(logical_postgres, stock), offsets)
     try:
-        first = poll_batch(task, offsets)
-        lost = poll_batch(task, offsets, commit=False)  # written, never committed
+        first = poll_chunk(task, offsets)
+        lost = poll_chunk(task, offsets, commit=False)  # written, never committed
     finally:
         task.stop()
     assert [k["id"] for _, k, _ in lost][:1] == [1001]
     again = cdc_task(config(logical_postgres, stock), offsets)
     try:
-        rest = poll_batch(again, offsets) + poll_batch(again, offsets)
+        rest = poll_chunk(again, offsets) + poll_chunk(again, offsets)
     finally:
         again.stop()
     ids = [k["id"] for _, k, v in first + rest if v is not None and v["op"] == "r"]
@@ -139,7 +162,7 @@ def test_a_snapshot_ends_at_the_highest_key_its_table_had_when_it_began(
     task = cdc_task(config(logical_postgres, stock), offsets)
     rows: dict[int, dict[str, Any]] = {}
     try:
-        polled = poll_batch(task, offsets)
+        polled = poll_chunk(task, offsets)
         replay(polled, rows)
         # more rows than several chunks hold, all above the table's highest key
         logical_postgres.execute(
@@ -148,7 +171,7 @@ def test_a_snapshot_ends_at_the_highest_key_its_table_had_when_it_began(
             db,
         )
         for _ in range(2):  # the two chunks left of the 2,500 rows, and the inserts
-            more = poll_batch(task, offsets)
+            more = poll_chunk(task, offsets)
             replay(more, rows)
             polled += more
         (offset,) = offsets.committed.values()
@@ -176,14 +199,15 @@ def test_a_table_without_a_primary_key_cannot_be_snapshotted(
         task.stop()
 
 
-def test_snapshot_events_are_the_envelopes_each_row_is_encoded_as(spark: SparkRuntime) -> None:
-    """A chunk's ``r`` events share their envelope's text, built once: every byte equals
-    what encoding each event whole gives, whatever its columns hold."""
+def test_snapshot_events_are_the_typed_envelopes_the_stream_gives_the_same_rows(
+    spark: SparkRuntime,
+) -> None:
+    """A chunk's ``r`` events, built by the executors as they read, are the typed change
+    events the stream path builds from the same rows (:class:`Run`), value for value and
+    of the same type (but for which fields may be null), whatever the columns hold."""
     from decimal import Decimal
 
-    from pyspark.sql import functions as F
-
-    from herder.connectors.cdc.events import TableShape, encoded, source_type
+    from herder.connectors.cdc.events import EventBatch, TableShape, source_type
     from herder.connectors.cdc.snapshot import snapshot_events
     from herder.connectors.jdbc.postgres import Column, TableId
 
@@ -231,18 +255,24 @@ def test_snapshot_events_are_the_envelopes_each_row_is_encoded_as(spark: SparkRu
     }  # fmt: skip
     ts_ms = 1_714_566_600_000
     got = snapshot_events(spark.session, rows, shape, [], source, ts_ms)
-    after = F.struct(*[F.col(f"`{c.name}`") for c in columns])
-    whole = F.struct(
-        F.lit(None).cast(shape.row_type).alias("before"),
-        after.alias("after"),
-        F.struct(
-            *[F.lit(source[f.name]).cast(f.dataType).alias(f.name) for f in source_type().fields]
-        ).alias("source"),
-        F.lit("r").alias("op"),
-        F.lit(ts_ms).cast("long").alias("ts_ms"),
-    )
-    expected = encoded(rows.select(F.struct(F.col("id")).alias("key"), whole.alias("value")), shape)
-    assert got.schema == expected.schema
+    events = EventBatch()
+    for row in rows.collect():
+        after = row.asDict()
+        value = {"before": None, "after": after, "source": source, "op": "r", "ts_ms": ts_ms}
+        events.add(shape, {"id": after["id"]}, value)
+    (run,) = events.runs
+    expected = run.dataframe(spark.session)
+    assert _nullable(got.schema).simpleString() == _nullable(expected.schema).simpleString()
+    assert got.schema["value"].dataType.simpleString() == shape.value_type.simpleString()
     got_rows = sorted(tuple(r) for r in got.collect())
     assert got_rows == sorted(tuple(r) for r in expected.collect())
     assert len(got_rows) == 3
+
+
+def _nullable(dtype: Any) -> Any:
+    """``dtype`` with every field optional."""
+    from pyspark.sql.types import StructField, StructType
+
+    if isinstance(dtype, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True) for f in dtype])
+    return dtype

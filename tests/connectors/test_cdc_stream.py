@@ -171,6 +171,44 @@ def test_a_restart_resumes_at_the_committed_lsn_without_loss_or_repeat(
         third.stop()
 
 
+def test_a_crash_between_the_batches_of_a_transaction_loses_and_repeats_none(
+    spark: SparkRuntime, logical_postgres: PostgresServer, shop: str
+) -> None:
+    """A transaction over two tables is a batch per table (each of one type); a task
+    that dies after committing the first gives the second, and only it, once restarted,
+    and the slot is not confirmed past the transaction until the second commits."""
+    db = dbname(shop)
+    config = cdc_config(logical_postgres, shop, snapshot_mode="no_data")
+    offsets = Offsets()
+    task = cdc_task(config, offsets)
+    try:
+        assert poll_events(task, offsets) == []
+        held = slot_position(logical_postgres, shop)
+        logical_postgres.execute(
+            "BEGIN; INSERT INTO customers VALUES (1, 'a'); INSERT INTO orders (id, customer)"
+            " VALUES (10, 1); INSERT INTO customers VALUES (2, 'b'); COMMIT",
+            db,
+        )
+        first = next_events(task, offsets)
+        assert [(t, v["after"]["id"]) for t, _, v in first] == [
+            ("pg.public.customers", 1),
+            ("pg.public.customers", 2),
+        ]
+        assert slot_position(logical_postgres, shop) == held
+        wait_until(task.poll, timeout=60, what="the second batch")  # never committed
+    finally:
+        task.stop()
+    again = cdc_task(config, offsets)
+    try:
+        rest = next_events(again, offsets)
+        assert [(t, v["after"]["id"]) for t, _, v in rest] == [("pg.public.orders", 10)]
+        assert slot_position(logical_postgres, shop) != held
+        logical_postgres.execute("INSERT INTO customers VALUES (3, 'c')", db)
+        assert [v["after"]["id"] for _, _, v in next_events(again, offsets)] == [3]
+    finally:
+        again.stop()
+
+
 def test_a_transaction_stays_whole_and_heartbeats_advance_an_idle_slot(
     spark: SparkRuntime, logical_postgres: PostgresServer, shop: str
 ) -> None:

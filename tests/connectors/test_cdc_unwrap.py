@@ -12,7 +12,7 @@ import pytest
 from herder.connect import SourceBatch
 from herder.dataplane import SparkRuntime
 from herder.dataplane.transforms import TransformChain
-from tests.connectors.cdc import cdc_config, cdc_task, dbname
+from tests.connectors.cdc import cdc_config, cdc_task, dbname, with_topic
 from tests.connectors.jdbc import Offsets
 from tests.fixtures.postgres import PostgresServer
 
@@ -66,7 +66,7 @@ def sink_records(batch: SourceBatch) -> Any:
 
     from herder.dataplane.records import HEADERS_DDL
 
-    return batch.data.select(
+    return with_topic(batch).select(
         "topic",
         F.lit(0).alias("partition"),
         F.monotonically_increasing_id().alias("offset"),
@@ -78,9 +78,10 @@ def sink_records(batch: SourceBatch) -> Any:
 
 
 def unwrapped(batch: SourceBatch, **options: str) -> list[tuple[Any, Any]]:
-    """(key, row) of each record the chain keeps, in order; the row decoded from its
-    typed value (None for a tombstone)."""
+    """(key, row) of each record the chain keeps, in order; the row as its typed value
+    has it, or decoded from its envelope (None for a tombstone)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
     from herder.dataplane.schemas import distinct_schemas, merged_struct, with_decoded
 
@@ -88,12 +89,19 @@ def unwrapped(batch: SourceBatch, **options: str) -> list[tuple[Any, Any]]:
     out = chain.apply(sink_records(batch), sink=True)
     assert out.where(F.col("_error").isNotNull()).count() == 0
     rows = out.select("offset", "key", chain.output("value").alias("value"))
-    key_schema = merged_struct(distinct_schemas(rows, "key"))
-    schemas = distinct_schemas(rows, "value")
-    decoded = {"k": ("key", key_schema)}
-    if schemas:
-        assert len(schemas) == 1
-        decoded["v"] = ("value", schemas[0])
+    decoded = {}
+    schemas: list[dict] | bool = True
+    if isinstance(rows.schema["key"].dataType, StructType):
+        rows = rows.withColumn("k", F.col("key"))
+    else:
+        decoded["k"] = ("key", merged_struct(distinct_schemas(rows, "key")))
+    if isinstance(rows.schema["value"].dataType, StructType):
+        rows = rows.withColumn("v", F.col("value"))
+    else:
+        schemas = distinct_schemas(rows, "value")
+        if schemas:
+            assert len(schemas) == 1
+            decoded["v"] = ("value", schemas[0])
     typed = with_decoded(rows, decoded).orderBy("offset")
     return [
         (r["k"].asDict(), r["v"].asDict() if r["v"] is not None else None)

@@ -8,13 +8,17 @@ create, ``u`` update, ``d`` delete, ``r`` snapshot read, ``t`` truncate) and ``t
 (when the connector handled it). A delete is followed by a tombstone (same key, null
 value) so a compacted topic forgets the row.
 
-Both are Spark structs encoded as typed records by :mod:`herder.dataplane.schemas`, so a
-sink sees Connect schemas as it does from JdbcSource.
+Both are Spark structs, stored in topics as typed records (:mod:`herder.dataplane.typed`),
+so a sink sees their Connect schemas as it does JdbcSource's rows, and a sink that takes
+bytes gets them as its converter serialises them (JsonConverter's envelope of schema
+and payload with ``schemas.enable=true``, as Debezium's events with that converter).
+A topic's records have one type per batch: the events of each table shape are a batch
+of their own (see :mod:`.source`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -22,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from herder.connectors.jdbc.postgres import Column, TableId, spark_type_of
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column as SparkColumn
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -129,9 +132,34 @@ def source_block(
 
 
 @dataclass
-class _Run:
+class Run:
+    """Consecutive change events of one table in one shape: a batch of their own, of one
+    topic whose keys and values have one type each."""
+
     shape: TableShape
     rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def dataframe(self, session: SparkSession) -> DataFrame:
+        """The events as typed records (``key``, ``value``), in order."""
+        import pyarrow as pa
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructField, StructType
+
+        shape = self.shape
+        key_type = shape.key_type
+        fields = [StructField("value", shape.value_type, True)]
+        if key_type is not None:
+            fields.insert(0, StructField("key", key_type, True))
+        rows = self.rows if key_type is not None else [{"value": r["value"]} for r in self.rows]
+        spark_type = StructType(fields)
+        table = pa.Table.from_pylist(rows, schema=to_arrow_schema(spark_type, timezone="UTC"))
+        # with the Spark type given: Arrow's zone-less timestamps would read as Spark's
+        # ``timestamp`` rather than ``timestamp_ntz``
+        df = session.createDataFrame(table, schema=spark_type)
+        if key_type is None:
+            df = df.select(F.lit(None).cast("binary").alias("key"), "value")
+        return df
 
 
 class EventBatch:
@@ -139,8 +167,8 @@ class EventBatch:
     (the events of a table keep their order: a table's runs follow each other)."""
 
     def __init__(self) -> None:
-        self.runs: list[_Run] = []
-        self._current: dict[TableId, _Run] = {}
+        self.runs: list[Run] = []
+        self._current: dict[TableId, Run] = {}
         self.count = 0
 
     def add(
@@ -148,47 +176,11 @@ class EventBatch:
     ) -> None:
         run = self._current.get(shape.table)
         if run is None or run.shape != shape:
-            run = _Run(shape)
+            run = Run(shape)
             self.runs.append(run)
             self._current[shape.table] = run
         run.rows.append({"key": key, "value": value})
         self.count += 1
-
-    def dataframes(self, session: SparkSession) -> list[DataFrame]:
-        """One DataFrame (topic, key, value: typed records) per run, in order."""
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import to_arrow_schema
-        from pyspark.sql.types import StructField, StructType
-
-        frames = []
-        for run in self.runs:
-            shape = run.shape
-            key_type = shape.key_type
-            fields = [StructField("value", shape.value_type, True)]
-            if key_type is not None:
-                fields.insert(0, StructField("key", key_type, True))
-            spark_type = StructType(fields)
-            rows = run.rows if key_type is not None else [{"value": r["value"]} for r in run.rows]
-            table = pa.Table.from_pylist(rows, schema=to_arrow_schema(spark_type, timezone="UTC"))
-            frames.append(encoded(session.createDataFrame(table), shape))
-        return frames
-
-
-def encoded(df: DataFrame, shape: TableShape) -> DataFrame:
-    """``df`` (struct columns ``key``, if the table has one, and ``value``) as typed records
-    of ``shape``'s topic."""
-    from pyspark.sql import functions as F
-
-    from herder.dataplane.schemas import encode_column
-
-    key_type = shape.key_type
-    key: SparkColumn
-    if key_type is None:
-        key = F.lit(None).cast("binary")
-    else:
-        key = encode_column(F.col("key"), key_type, f"{shape.topic}.Key")
-    value = encode_column(F.col("value"), shape.value_type, f"{shape.topic}.Envelope")
-    return df.select(F.lit(shape.topic).alias("topic"), key.alias("key"), value.alias("value"))
 
 
 def heartbeat(session: SparkSession, server: str, ts_ms: int) -> DataFrame:
@@ -213,11 +205,3 @@ def heartbeat(session: SparkSession, server: str, ts_ms: int) -> DataFrame:
             "value"
         ),
     )
-
-
-def union(frames: Sequence[DataFrame]) -> DataFrame:
-    """The frames one after the other, each's order kept."""
-    result = frames[0]
-    for frame in frames[1:]:
-        result = result.unionByName(frame)
-    return result

@@ -2,23 +2,29 @@
 
 No lock and no long transaction: a table is read one chunk (a primary-key range of
 about ``snapshot.chunk.rows`` rows) at a time, each chunk cut into pieces that Spark's
-executors read in parallel (JdbcSource's reader). Around each chunk the task notes the
-WAL position before the read (low watermark) and after it (high watermark), then takes
-every transaction from the slot up to the high watermark. Those changes are emitted
-first, then the chunk's rows as ``r`` events, *without* the rows whose keys those
-changes touched: a row read in the chunk is then exactly the row as of the high
-watermark, so no change is lost or overtaken by an older read (the method of Netflix's
-DBLog and Flink CDC's incremental snapshot). The chunk's last key commits with the
+executors read in parallel (JdbcSource's reader). Each chunk is read in one database
+snapshot, exported by a short transaction (:class:`ExportedSnapshot`) that every piece
+imports: the chunk is the table as it was at one instant, whenever Spark runs the read.
+The task notes the stream's position before the export (low watermark) and the WAL
+flushed after it (high watermark), then takes every transaction from the slot up to
+the high watermark. Those changes are emitted first, then the chunk's rows as ``r``
+events, *without* the rows whose keys those changes touched: a row read in the chunk is
+then exactly the row as of the high watermark, so no change is lost or overtaken by an
+older read (the method of Netflix's DBLog and Flink CDC's incremental snapshot). As the
+snapshot fixes what the read sees, the rows need not be held anywhere between the
+watermarks: Spark reads them once, as it writes the batch, and the exporting
+transaction ends when the batch is written. The chunk's last key commits with the
 batch, so a snapshot interrupted by a crash resumes after the last finished chunk.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from herder.connectors.jdbc.postgres import TableId, quote
+from herder.connectors.jdbc.postgres import Database, DatabaseError, TableId, first_line, quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -136,19 +142,54 @@ def plan_chunk(
     return Chunk(table, tuple(pieces), last, rows)
 
 
-def read_chunk(session: SparkSession, dsn: str, shape: TableShape, chunk: Chunk) -> DataFrame:
-    """The chunk's rows, read now on the executors and held there (so the read happens
-    between the watermarks, not when the batch is written)."""
+class ExportedSnapshot:
+    """A snapshot of the database that readers on other connections import
+    (``pg_export_snapshot``), held by a read-only REPEATABLE READ transaction until
+    :meth:`close`: a chunk's pieces, read by Spark's executors whenever the batch is
+    written, all see the database as it was when this was opened. The chunk is planned
+    in it too, so it holds the table's ACCESS SHARE lock until the chunk is written: a
+    DROP or ALTER of the table waits that long (a chunk's read, as DBLog's, and never the
+    whole snapshot), then the next chunk finds the table changed. Like any open
+    transaction it keeps VACUUM from removing rows it may see meanwhile."""
+
+    def __init__(self, database: Database) -> None:
+        self.conn = database.connect(autocommit=True)
+        try:
+            with self.conn.cursor() as cursor:
+                cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cursor.execute("SELECT pg_export_snapshot()")
+                self.id: str = str(cursor.fetchone()[0])  # type: ignore[index]
+        except Exception as exc:
+            self.close()
+            raise DatabaseError(
+                f"cannot export a snapshot from {database.where()}: {first_line(exc)}"
+            ) from exc
+
+    def first_row(self, sql: str) -> Any:
+        """The first row of a query, as the snapshot sees the database."""
+        with self.conn.cursor() as cursor:
+            cursor.execute(sql)
+            return cursor.fetchone()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+def read_chunk(
+    session: SparkSession, dsn: str, shape: TableShape, chunk: Chunk, snapshot: str | None
+) -> DataFrame:
+    """The chunk's rows as exported ``snapshot`` sees them, read on the executors when
+    Spark runs the job that writes them."""
     from pyspark.sql.types import StructField, StructType
 
     from herder.connectors.jdbc.reading import jdbc_dataframe
 
     columns = ", ".join(quote(c.name) for c in shape.columns)
     schema = StructType([StructField(f.name, f.dataType, True) for f in shape.row_type.fields])
-    df = jdbc_dataframe(
-        session, dsn, f"SELECT {columns} FROM {shape.table.sql}", schema, chunk.pieces
+    return jdbc_dataframe(
+        session, dsn, f"SELECT {columns} FROM {shape.table.sql}", schema, chunk.pieces, snapshot
     )
-    return df.localCheckpoint(eager=True)
 
 
 def snapshot_events(
@@ -160,63 +201,36 @@ def snapshot_events(
     ts_ms: int,
 ) -> DataFrame:
     """The chunk's rows, but those whose keys are in ``touched``, as ``r`` events
-    (typed records: topic, key, value).
-
-    An ``r`` event's value differs from the next one's only in ``after``: its envelope
-    (the schema, then ``before``, ``source``, ``op`` and ``ts_ms``) is the same text for
-    the whole chunk, built once by :func:`_envelope_around_after`, so each row costs
-    only the JSON of its own columns.
-    """
+    (typed records: key and value, all of ``shape``'s topic): the value is the envelope
+    with the row as ``after``, and the same ``source``, ``op`` and ``ts_ms`` for the
+    whole chunk, built by the executors as they read."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from herder.dataplane.schemas import encode_column, wire_payload
+    from herder.connectors.cdc.events import source_type
 
     key_type = shape.key_type
-    if touched and key_type is not None:
+    if touched and splittable(shape):
+        # one integer column: a set the executors test each row against, no join
+        name = shape.key[0]
+        rows = rows.where(~F.col(f"`{name}`").isin(sorted({int(k[name]) for k in touched})))
+    elif touched and key_type is not None:
         keys = session.createDataFrame(
             pa.Table.from_pylist(list(touched), schema=to_arrow_schema(key_type, timezone="UTC"))
         )
         rows = rows.join(keys, on=list(shape.key), how="left_anti")
-    before, after = _envelope_around_after(session, shape, source, ts_ms)
-    row = F.struct(*[F.col(f"`{f.name}`") for f in shape.row_type.fields])
-    value = F.concat(F.lit(before), wire_payload(row, shape.row_type), F.lit(after))
-    key = F.lit(None).cast("binary")
-    if key_type is not None:
-        key_struct = F.struct(*[F.col(f"`{k}`") for k in shape.key])
-        key = encode_column(key_struct, key_type, f"{shape.topic}.Key")
-    return rows.select(
-        F.lit(shape.topic).alias("topic"), key.alias("key"), value.cast("binary").alias("value")
-    )
-
-
-def _envelope_around_after(
-    session: SparkSession, shape: TableShape, source: dict[str, Any], ts_ms: int
-) -> tuple[str, str]:
-    """The text of a chunk's ``r`` event values before and after their ``after``
-    payload: the envelope :func:`~herder.dataplane.schemas.encode_column` writes for an
-    event whose ``after`` is null, taken from a one-row job in the JVM so that every
-    byte is Spark's own, cut where that null stands."""
-    from pyspark.sql import functions as F
-
-    from herder.connectors.cdc.events import source_type
-    from herder.dataplane.schemas import encode_column, schema_text
-
-    name = f"{shape.topic}.Envelope"
     source_struct = F.struct(
         *[F.lit(source[f.name]).cast(f.dataType).alias(f.name) for f in source_type().fields]
     )
     value = F.struct(
         F.lit(None).cast(shape.row_type).alias("before"),
-        F.lit(None).cast(shape.row_type).alias("after"),
+        F.struct(*[F.col(f"`{f.name}`") for f in shape.row_type.fields]).alias("after"),
         source_struct.alias("source"),
         F.lit("r").alias("op"),
         F.lit(ts_ms).cast("long").alias("ts_ms"),
     )
-    encoded = encode_column(value, shape.value_type, name).cast("string")
-    text: str = session.range(1).select(encoded).first()[0]  # type: ignore[index]
-    head = '{"schema":' + schema_text(shape.value_type, name) + ',"payload":{"before":null,"after":'
-    if not text.startswith(head + "null,"):
-        raise AssertionError(f"an r event of {shape.table} does not begin as planned: {text[:200]}")
-    return head, text[len(head) + len("null") :]
+    key = F.lit(None).cast("binary")
+    if key_type is not None:
+        key = F.struct(*[F.col(f"`{k}`") for k in shape.key])
+    return rows.select(key.alias("key"), value.alias("value"))

@@ -14,6 +14,7 @@ rows come first, chunk by chunk, merged into the stream (:mod:`.snapshot`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import re
@@ -33,12 +34,12 @@ from herder.connectors.cdc.events import (
     TableShape,
     heartbeat,
     source_block,
-    union,
 )
 from herder.connectors.cdc.lag import SlotLag
 from herder.connectors.cdc.pgoutput import Relation, decode, format_lsn
 from herder.connectors.cdc.slot import ALL_TABLES, AUTOCREATE_MODES, SetupError, Slot
 from herder.connectors.cdc.snapshot import (
+    ExportedSnapshot,
     SnapshotProgress,
     plan_chunk,
     read_chunk,
@@ -59,7 +60,6 @@ from herder.errors import ConfigError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +258,14 @@ class PostgresCdcSourceTask(SourceTask):
         self.split_rows: int = settings[SPLIT_ROWS]
         self.drop_on_stop: bool = settings[SLOT_DROP]
         self._stopping = threading.Event()
+        #: the snapshot the last chunk's rows are read in, until they are written
+        self._exported: ExportedSnapshot | None = None
+        #: batches polled together, to return one by one, each with the position the
+        #: slot may be confirmed at once it is committed
+        self._queue: collections.deque[tuple[SourceBatch, int]] = collections.deque()
+        #: (position, runs done) of a poll's batches an earlier incarnation left half
+        #: committed: the rest is polled first
+        self._resume: tuple[int, int] | None = None
         #: held while the slot is peeked: it serves one reader at a time
         self._reading = threading.Lock()
         self.slot = Slot(self.database, settings[SLOT], settings[PUBLICATION])
@@ -323,6 +331,8 @@ class PostgresCdcSourceTask(SourceTask):
                 )
             self.position = int(offset["lsn"])
             self.snapshot = SnapshotProgress.from_offset(offset)
+            if "batch_upto" in offset:
+                self._resume = (int(offset["batch_upto"]), int(offset["batch_runs"]))
             if state.confirmed_flush < self.position:
                 # committed, not yet confirmed when the last incarnation stopped
                 self.slot.advance(self.position)
@@ -340,6 +350,10 @@ class PostgresCdcSourceTask(SourceTask):
     def poll(self) -> SourceBatch | None:
         if self._stopping.is_set():
             return None
+        if self._queue:
+            return self._next_queued()
+        if self._resume is not None:
+            return self._resumed(*self._resume)
         if self.snapshot is not None:
             return self._snapshot_chunk(self.snapshot)
         if self.mode == INITIAL_ONLY:
@@ -349,7 +363,8 @@ class PostgresCdcSourceTask(SourceTask):
         upto = self.slot.flushed_lsn()
         events, reached = self._stream(upto)
         if events.count:
-            return self._batch(events, reached, None)
+            self._queue_runs(events, reached, None)
+            return self._next_queued()
         self.position = reached
         if self.heartbeat_s and time.monotonic() - self.last_emit >= self.heartbeat_s:
             # a heartbeat moves the slot to a WAL record boundary that decoding has passed
@@ -482,27 +497,72 @@ class PostgresCdcSourceTask(SourceTask):
             offset.update(snapshot.to_offset())
         return offset
 
-    def _batch(
+    def _queue_runs(
         self,
         events: EventBatch,
         reached: int,
-        extra: DataFrame | None,
-        snapshot: SnapshotProgress | None = None,
-    ) -> SourceBatch:
+        snapshot: SnapshotProgress | None,
+        done: int = 0,
+    ) -> None:
+        """Queue a poll's change events as batches, one per run of a table shape (a
+        topic's records have one type per batch), in order.
+
+        Each batch commits an offset, so a crash between them must neither lose nor
+        repeat a run: all but the last keep the position the poll began at and say how
+        far the poll reached and how many of its runs are committed (``batch_upto``,
+        ``batch_runs``), and the slot is confirmed past them only with the last. A
+        restarted task decodes the same transactions again and skips the runs done
+        (:meth:`_resumed`)."""
         from herder.dataplane.spark import spark_runtime
 
-        frames = events.dataframes(spark_runtime().session)
-        if extra is not None:
-            frames.append(extra)
-        self.position = self.confirmable = reached
+        session = spark_runtime().session
+        began = self.position
+        runs = events.runs
+        for number, run in enumerate(runs[done:], start=done + 1):
+            if number == len(runs):
+                offset, confirmable = self._offset(reached, snapshot), reached
+            else:
+                offset = self._offset(began, snapshot) | {
+                    "batch_upto": reached,
+                    "batch_runs": number,
+                }
+                confirmable = began
+            batch = SourceBatch(run.dataframe(session), [(self.partition, offset)], run.shape.topic)
+            self._queue.append((batch, confirmable))
+        self.position = reached
         self.last_emit = time.monotonic()
         log.debug(
-            "PostgresCdcSource %s: %d change events up to %s",
+            "PostgresCdcSource %s: %d change events in %d batches up to %s",
             self.prefix,
             events.count,
+            len(runs) - done,
             format_lsn(reached),
         )
-        return SourceBatch(union(frames), [(self.partition, self._offset(reached, snapshot))])
+
+    def _next_queued(self) -> SourceBatch:
+        batch, self.confirmable = self._queue.popleft()
+        return batch
+
+    def _resumed(self, upto: int, done: int) -> SourceBatch:
+        """The runs an earlier incarnation did not commit of the poll that reached
+        ``upto``: the same transactions, decoded again."""
+        self._resume = None
+        events, reached = self._stream(upto, limit=2**31 - 1)
+        if reached != upto or len(events.runs) <= done:
+            raise DatabaseError(
+                f"slot {self.slot.name!r} no longer gives the changes up to"
+                f" {format_lsn(upto)} that a batch of {len(events.runs)} runs committed"
+                f" {done} of: delete and create the connector again (it snapshots anew)"
+            )
+        log.info(
+            "PostgresCdcSource %s: the last %d of %d batches up to %s, again",
+            self.prefix,
+            len(events.runs) - done,
+            len(events.runs),
+            format_lsn(upto),
+        )
+        self._queue_runs(events, reached, self.snapshot, done)
+        return self._next_queued()
 
     def _heartbeat(self, upto: int) -> SourceBatch:
         from herder.dataplane.spark import spark_runtime
@@ -515,27 +575,36 @@ class PostgresCdcSourceTask(SourceTask):
     # -- snapshots ---------------------------------------------------------------------------
 
     def _snapshot_chunk(self, progress: SnapshotProgress) -> SourceBatch | None:
+        """The next chunk of the snapshot: the changes up to its high watermark first,
+        as a batch of their own if there are any, then its rows (:mod:`.snapshot`).
+
+        The rows are a batch of one topic: written in the order read, with no shuffle.
+        A crash between the two batches loses nothing: the changes' batch commits the
+        stream's position with the chunk still to read, and a restarted task reads the
+        chunk again, in a new snapshot, after them."""
         from herder.dataplane.spark import spark_runtime
 
+        self._release_snapshot()
         session = spark_runtime().session
         table = TableId.parse(progress.tables[0])
         shape = self._table_shape(table)
         chunk = None
         until = progress.until
         if shape is not None:
-
-            def query(sql: str) -> Any:
-                return self.slot.rows(sql)[0]
-
+            self._exported = ExportedSnapshot(self.database)
+            query = self._exported.first_row
             if progress.after is None:
                 until = snapshot_end(query, shape)
             chunk = plan_chunk(
                 query, shape, progress.after, self.chunk_rows, self.split_rows, until
             )
         if shape is None or chunk is None:
+            self._release_snapshot()
             self.snapshot = progress.chunk_done(None)
             return self._snapshot_chunk(self.snapshot) if self.snapshot else None
-        rows = read_chunk(session, self.database.libpq(), shape, chunk)
+        assert self._exported is not None
+        rows = read_chunk(session, self.database.libpq(), shape, chunk, self._exported.id)
+        # the high watermark: past every change the exported snapshot sees
         high = self.slot.flushed_lsn()
         if self.mode == INITIAL_ONLY:
             # no stream to merge: the chunk's rows as read, nothing else
@@ -557,7 +626,7 @@ class PostgresCdcSourceTask(SourceTask):
         )  # fmt: skip
         reads = snapshot_events(session, rows, shape, touched, source, now)
         log.info(
-            "PostgresCdcSource %s: snapshot of %s, chunk up to key %s (%d pieces), with %d"
+            "PostgresCdcSource %s: snapshot of %s, chunk up to key %s (%d pieces), after %d"
             " change events",
             self.prefix,
             table,
@@ -565,9 +634,26 @@ class PostgresCdcSourceTask(SourceTask):
             len(chunk.pieces),
             events.count,
         )
-        batch = self._batch(events, reached, reads, after)
+        if events.count:
+            self._queue_runs(events, reached, progress)
+        self.position = reached
+        self.last_emit = time.monotonic()
+        chunk_batch = SourceBatch(
+            reads,
+            [(self.partition, self._offset(reached, after))],
+            shape.topic,
+            check=self._release_snapshot,
+        )
+        self._queue.append((chunk_batch, reached))
         self.snapshot = after
-        return batch
+        return self._next_queued()
+
+    def _release_snapshot(self) -> None:
+        """End the exported snapshot of the last chunk: its rows are written (or will
+        never be)."""
+        exported, self._exported = self._exported, None
+        if exported is not None:
+            exported.close()
 
     def _table_shape(self, table: TableId) -> TableShape | None:
         """A table's shape from the catalog; None (and a warning) if it was dropped."""
@@ -593,7 +679,10 @@ class PostgresCdcSourceTask(SourceTask):
     # -- confirming, stopping ----------------------------------------------------------------
 
     def commit(self) -> None:
-        """The last batch and its offset are committed: the slot may let go of them."""
+        """The last batch and its offset are committed: the slot may let go of them (and,
+        once a chunk's rows are, the snapshot they were read in)."""
+        if not self._queue:
+            self._release_snapshot()
         if self.confirmable > 0 and self.mode != INITIAL_ONLY and not self._stopping.is_set():
             self.slot.advance(self.confirmable)
 
@@ -609,6 +698,8 @@ class PostgresCdcSourceTask(SourceTask):
 
     def stop(self) -> None:
         self._stopping.set()
+        if getattr(self, "_exported", None) is not None:
+            self._release_snapshot()
         slot = getattr(self, "slot", None)
         if slot is None:
             return

@@ -49,15 +49,23 @@ def key_ranges(low: int, high: int, count: int) -> list[tuple[int, int]]:
     return ranges
 
 
-def read_piece(dsn: str, sql: str, schema: StructType) -> Iterator[pa.RecordBatch]:
-    """The rows of ``sql`` (on an executor), as Arrow batches of ``schema``'s types."""
+def read_piece(
+    dsn: str, sql: str, schema: StructType, snapshot: str | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``sql`` (on an executor), as Arrow batches of ``schema``'s types;
+    with ``snapshot`` (an id from ``pg_export_snapshot()``), the rows as that snapshot
+    sees them, whenever this runs."""
     import adbc_driver_postgresql.dbapi as dbapi
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from herder.connectors.jdbc.postgres import conform
+    from herder.connectors.jdbc.postgres import conform, literal
 
     target = to_arrow_schema(schema, timezone="UTC")
     with dbapi.connect(dsn) as conn, conn.cursor() as cursor:
+        if snapshot is not None:
+            # the first statements of the connection's transaction, before any query
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute(f"SET TRANSACTION SNAPSHOT {literal(snapshot)}")
         cursor.execute("SET TIME ZONE 'UTC'")
         cursor.execute(sql)
         for batch in cursor.fetch_record_batch():
@@ -66,16 +74,22 @@ def read_piece(dsn: str, sql: str, schema: StructType) -> Iterator[pa.RecordBatc
 
 
 def jdbc_dataframe(
-    session: SparkSession, dsn: str, query: str, schema: StructType, pieces: Sequence[str]
+    session: SparkSession,
+    dsn: str,
+    query: str,
+    schema: StructType,
+    pieces: Sequence[str],
+    snapshot: str | None = None,
 ) -> DataFrame:
     """The rows of ``query`` (SQL) with ``schema``, one Spark partition per condition of
-    ``pieces``, in their order."""
+    ``pieces``, in their order; with ``snapshot``, as that exported snapshot sees them
+    (every piece the same database state, read whenever Spark runs the job)."""
     statements = [f"SELECT * FROM ({query}) AS q WHERE {condition}" for condition in pieces]
 
     def read(numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in numbers:
             for number in batch.column(0).to_pylist():
-                yield from read_piece(dsn, statements[number], schema)
+                yield from read_piece(dsn, statements[number], schema, snapshot)
 
     count = len(statements)
     return session.range(0, count, 1, count).mapInArrow(read, schema)
