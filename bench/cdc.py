@@ -4,7 +4,7 @@ its stream to a JdbcSink, end to end.
     python bench/cdc.py [--rows N] [--chunk-rows C] [--split-rows S] [--runs R]
                         [--warmup-runs W] [--stream-seconds T] [--stream-rate X]
                         [--driver-memory 2g] [--tmp-dir D] [--pretty] [--keep-work-dir]
-                        [--worker-log-level DEBUG]
+                        [--worker-log-level DEBUG] [--worker-property KEY=VALUE ...]
 
 A throwaway PostgreSQL server with ``wal_level=logical`` (Debian's ``postgresql``
 package, started as the tests start one, ``fsync=off``: it measures the connectors, not
@@ -45,6 +45,9 @@ key, two integers, text, a timestamp, numeric(12,2), a boolean. Measured in one 
   from the load's start to that end; ``lag_p50_ms``/``lag_p99_ms``: ``arrived -
   placed`` of the inserted rows, both from PostgreSQL's clock (commit in the source →
   row written in the target by the sink's transaction, which commits a moment later).
+
+``--worker-property KEY=VALUE`` sets a worker config (e.g. a ``spark.*`` setting) for
+the herder side; the JSON names them (``worker_properties``).
 
 Figures go to stdout as one JSON object (with the commit measured and the machine's load
 before and after), progress to stderr; every process started is stopped by PID.
@@ -366,13 +369,13 @@ def run_stream(herder: Herder, server: PostgresServer, args: argparse.Namespace)
             if load.thread.is_alive():
                 return False
             load.join()
-            return int(server.execute(inserted, DB)[0][0]) >= load.transactions
+            return int(str(server.execute(inserted, DB)[0][0])) >= load.transactions
 
         measured: Measured = timed(herder, drained, names, load.start)
         load_s = args.stream_seconds
         complete = orders_equal(server)
         lags = [
-            float(r[0])
+            float(str(r[0]))
             for r in server.execute(
                 "SELECT extract(epoch FROM arrived - placed) * 1000 FROM orders_target"
                 f" WHERE id >= {Load.FIRST_ID} ORDER BY 1",
@@ -420,7 +423,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         server.execute("VACUUM ANALYZE src", DB)
         spark = run_spark(args, server, work)
         with _procs.Services(work) as services:
-            herder = Herder(services, work, args.driver_memory, args.worker_log_level)
+            herder = Herder(
+                services, work, args.driver_memory, args.worker_log_level,
+                extra=args.worker_property,
+            )  # fmt: skip
             try:
                 snapshot = run_snapshots(herder, server, args)
                 stream = run_stream(herder, server, args)
@@ -438,6 +444,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "chunk_rows": args.chunk_rows,
         "split_rows": args.split_rows,
         "snapshot_pieces": snapshot_pieces(args.rows, args.chunk_rows, args.split_rows),
+        "worker_properties": args.worker_property,
         "spark": spark,
         "snapshot": snapshot,
         "snapshot_ratio": _procs.ratio(snapshot["rows_per_s"], spark["rows_per_s"]),
@@ -460,7 +467,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--pretty", action="store_true")
     parser.add_argument("--keep-work-dir", action="store_true")
     parser.add_argument("--worker-log-level", default="INFO")
+    parser.add_argument("--worker-property", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
+    for item in args.worker_property:
+        if "=" not in item:
+            parser.error(f"--worker-property {item!r} is not KEY=VALUE")
     _procs.check_counts(
         parser, args, positive=("rows", "chunk_rows", "split_rows", "runs", "stream_seconds"),
         non_negative=("warmup_runs", "stream_rate"),
