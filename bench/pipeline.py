@@ -308,6 +308,8 @@ class Herder:
         extra: Sequence[str] = (),
     ) -> None:
         self.server, client_port = start_ensemble(services, work)
+        #: the ensemble's client address, for ``herder topics`` and the like
+        self.bootstrap = f"127.0.0.1:{client_port}"
         rest_port = _procs.free_port()
         worker_config = work / "worker.properties"
         props = {
