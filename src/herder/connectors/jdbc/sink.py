@@ -653,6 +653,8 @@ class JdbcSinkTask(SinkTask):
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
+        from herder.dataplane.spark import spark_runtime
+
         jsonish = (T.StructType, T.MapType)
         projected = [
             F.to_json(F.col(f"`{f.name}`")).alias(f.name)
@@ -665,6 +667,14 @@ class JdbcSinkTask(SinkTask):
             for f in rows.schema.fields
         ]
         dsn, target, batch_rows = self.database.libpq(), stage.sql, self.settings[BATCH_SIZE]
+        parallelism = spark_runtime().parallelism
+        if parallelism:
+            # A delivery of many small pieces (a change stream's batches, a partition
+            # per piece) is copied through as many connections as Spark runs tasks at
+            # once, not one per piece, which costs a connection and a round trip each.
+            # The staging table's order does not matter: moving the rows keeps each
+            # key's latest by its offset.
+            rows = rows.coalesce(parallelism)
 
         def copy(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             yield from _copy_partition(dsn, target, batch_rows, batches)
