@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from herder.connectors.jdbc.postgres import Database, DatabaseError, TableId, first_line, quote
+from herder.connectors.jdbc.reading import key_ranges, piece_count
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -129,17 +130,13 @@ def plan_chunk(
     if rows == 0:
         return None
     low, high = int(low), int(high)
-    count = max(1, -(-rows // split_rows))
-    step = max(1, -(-(high - low + 1) // count))
-    pieces = []
-    start = low
-    while start <= high:
-        end = min(high + 1, start + step)
-        pieces.append(f"{key} >= {start} AND {key} < {end}")
-        start = end
+    pieces = tuple(
+        f"{key} >= {start} AND {key} < {end}"
+        for start, end in key_ranges(low, high, piece_count(rows, split_rows, None))
+    )
     # the last chunk of a table runs to its end: rows inserted past it come by the stream
     last = high if rows == chunk_rows and (until is None or high < until) else None
-    return Chunk(table, tuple(pieces), last, rows)
+    return Chunk(table, pieces, last, rows)
 
 
 class ExportedSnapshot:
