@@ -105,8 +105,11 @@ def test_chunks_merge_with_changes_made_during_the_snapshot(
         assert {v["op"] for _, _, v in first if v} == {"r"}
         assert sorted(key["id"] for _, key, _ in first if key) == list(range(1, 1001))
         replay(first, rows)
-        # changes to rows of chunks read and not yet read, made before the next chunk
+        # changes to rows of chunks read and not yet read, made before the next chunk,
+        # committed as PostgreSQL does by default: durable in the WAL before they are
+        # visible (this server commits asynchronously otherwise; see docs/cdc.md)
         logical_postgres.execute(
+            "SET synchronous_commit = on;"
             "UPDATE stock SET qty = -1 WHERE id IN (5, 1500);"
             "DELETE FROM stock WHERE id IN (6, 1600);"
             "INSERT INTO stock VALUES (9000, 'late', 1, now());"

@@ -15,7 +15,6 @@ rows come first, chunk by chunk, merged into the stream (:mod:`.snapshot`).
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import re
 import threading
@@ -587,11 +586,12 @@ class PostgresCdcSourceTask(SourceTask):
         self._release_snapshot()
         session = spark_runtime().session
         table = TableId.parse(progress.tables[0])
-        shape = self._table_shape(table)
+        # the table's columns, its bounds and its rows, all as one snapshot sees them
+        self._exported = ExportedSnapshot(self.database)
+        shape = self._table_shape(table, self._exported.conn)
         chunk = None
         until = progress.until
         if shape is not None:
-            self._exported = ExportedSnapshot(self.database)
             query = self._exported.first_row
             if progress.after is None:
                 until = snapshot_end(query, shape)
@@ -655,18 +655,18 @@ class PostgresCdcSourceTask(SourceTask):
         if exported is not None:
             exported.close()
 
-    def _table_shape(self, table: TableId) -> TableShape | None:
-        """A table's shape from the catalog; None (and a warning) if it was dropped."""
-        with contextlib.closing(self.database.connect()) as conn:
-            columns = table_columns(conn, table)
-            if not columns:
-                log.warning(
-                    "PostgresCdcSource %s: table %s was dropped before its snapshot; skipped",
-                    self.prefix,
-                    table,
-                )
-                return None
-            key = primary_key(conn, table)
+    def _table_shape(self, table: TableId, conn: Any) -> TableShape | None:
+        """A table's shape from the catalog, read through ``conn``; None (and a
+        warning) if it was dropped."""
+        columns = table_columns(conn, table)
+        if not columns:
+            log.warning(
+                "PostgresCdcSource %s: table %s was dropped before its snapshot; skipped",
+                self.prefix,
+                table,
+            )
+            return None
+        key = primary_key(conn, table)
         if not key:
             raise DatabaseError(
                 f"table {table} has no primary key: snapshot.mode={self.mode} reads tables by"
