@@ -17,6 +17,18 @@ from collections.abc import Callable
 __all__ = ["fsync_path", "start_writeback"]
 
 
+def write_all(fd: int, data: bytes | memoryview, offset: int | None = None) -> None:
+    """Write all of ``data`` to ``fd``, at ``offset`` if given (else where the file
+    stands): a write may take less than it is given, and the rest must follow it, not
+    leave a gap (a full disk raises on the next write)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+        view = view[written:]
+        if offset is not None:
+            offset += written
+
+
 def fsync_path(path: str) -> None:
     """Flush a file's data, or a directory's entries, to disk (by path: read-only opens
     serve both)."""

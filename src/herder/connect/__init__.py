@@ -55,7 +55,7 @@ from herder.connect.records import (
     SourceRecord,
     TopicPartition,
 )
-from herder.connect.sink import SinkTask, SinkTaskContext, rows_in
+from herder.connect.sink import SinkTask, SinkTaskContext, partitions_of, rows_in
 from herder.connect.source import OffsetReader, SourceTask, SourceTaskContext
 from herder.connect.task import UNDEFINED_VERSION, Task
 from herder.connect.transforms import Outcome, Predicate, Record, Transformation
@@ -86,5 +86,6 @@ __all__ = [
     "Task",
     "TopicPartition",
     "Transformation",
+    "partitions_of",
     "rows_in",
 ]

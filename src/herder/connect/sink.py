@@ -15,7 +15,7 @@ in a partition, one past the last record written.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar, Final
 
 from herder.connect.records import OffsetRange, TopicPartition
@@ -89,6 +89,17 @@ class SinkTaskContext(ABC):
         sorted instead).
         """
         return None
+
+
+def partitions_of(table: pa.Table) -> Iterator[tuple[TopicPartition, pa.Table]]:
+    """Each topic partition of an Arrow table of records (its ``topic`` and
+    ``partition`` columns) with its rows, in order, partitions as they first appear."""
+    import pyarrow.compute as pc
+
+    places = zip(table["topic"].to_pylist(), table["partition"].to_pylist(), strict=True)
+    for topic, partition in dict.fromkeys(places):
+        mine = pc.and_(pc.equal(table["topic"], topic), pc.equal(table["partition"], partition))
+        yield TopicPartition(topic, partition), table.filter(mine)
 
 
 def rows_in(table: pa.Table, offsets: OffsetRange) -> pa.Table:

@@ -77,6 +77,7 @@ from herder.connect import (
     SourceConnector,
     SourceTask,
     TopicPartition,
+    partitions_of,
     rows_in,
 )
 from herder.connectors.spark_files import (
@@ -88,7 +89,7 @@ from herder.connectors.spark_files import (
 )
 from herder.dataplane.transforms.converters import Converter
 from herder.errors import ConfigError
-from herder.files import fsync_path
+from herder.files import fsync_path, write_all
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -492,40 +493,22 @@ class DirectorySinkTask(SinkTask):
         """A small batch of values of bytes as lines, written here rather than by Spark:
         per partition, the file of its records from its first offset in the batch, as
         :meth:`_write_batch` names it, renamed into place and flushed as :meth:`put`'s."""
-        import pyarrow.compute as pc
-
-        from herder.connectors.file import lines_data
-
+        if not self.bases:
+            return
         temp = os.path.join(self.directory, TEMP_DIR, f"{self._temp_prefix}-{next(self._temps)}")
         os.makedirs(temp)
         try:
             outputs = {}
-            topics, partitions = table["topic"].to_pylist(), table["partition"].to_pylist()
-            for topic, partition in dict.fromkeys(zip(topics, partitions, strict=True)):
-                tp = TopicPartition(topic, partition)
+            for tp, rows in partitions_of(table):
                 if tp not in self.bases:
                     continue
-                mine = pc.and_(
-                    pc.equal(table["topic"], topic), pc.equal(table["partition"], partition)
-                )
-                rows = table.filter(mine)
                 for first, part in self._cut(tp, rows):
                     values = part["value"]
                     if self.format == "json":  # as put does: a null is no document
                         values = values.drop_null()
-                    if not len(values):
-                        continue
-                    name = output_name(tp, first, self.format)
-                    path = os.path.join(temp, name)
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                    try:
-                        for data in lines_data(values):
-                            while data:  # a write may take less than it is given
-                                data = data[os.write(fd, data) :]
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                    outputs[name] = path
+                    if len(values):
+                        name = output_name(tp, first, self.format)
+                        outputs[name] = _write_lines(os.path.join(temp, name), values)
             self._place(outputs)
         finally:
             shutil.rmtree(temp, ignore_errors=True)
@@ -718,3 +701,17 @@ class DirectorySinkTask(SinkTask):
             for name in os.listdir(temps):
                 if name.startswith(self._temp_prefix):
                     shutil.rmtree(os.path.join(temps, name), ignore_errors=True)
+
+
+def _write_lines(path: str, values: pa.Array) -> str:
+    """A new file at ``path`` of ``values`` as lines, flushed; its path."""
+    from herder.connectors.file import lines_data
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        for data in lines_data(values):
+            write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path

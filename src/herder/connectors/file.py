@@ -39,6 +39,7 @@ from herder.connect import (
     TopicPartition,
 )
 from herder.errors import RetriableError
+from herder.files import write_all
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -393,9 +394,8 @@ class FileStreamSinkTask(SinkTask):
     def _append(self, values: pa.ChunkedArray) -> None:
         """Append each of ``values`` and a newline (a null as an empty line)."""
         for data in lines_data(values):
-            if data:
-                os.pwrite(self._fd, data, self._length)
-                self._length += len(data)
+            write_all(self._fd, data, self._length)
+            self._length += len(data)
 
     def flush(self, offsets: Mapping[TopicPartition, int]) -> None:
         os.fsync(self._fd)

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from herder.connect import partitions_of
 from herder.dataplane.records import HEADER_TYPE
 from herder.dataplane.typed import SPARK_ROW_METADATA
 from herder.errors import ConfigError
@@ -141,11 +141,9 @@ def write_partitioned(storage: Storage, batch: str, table: pa.Table) -> None:
     to several partitions, as Spark's partitioned write would
     (:func:`~herder.dataplane.writer._write`): a directory per partition, each holding a
     file of its rows with their ``seq``."""
-    places = list(zip(table["topic"].to_pylist(), table["partition"].to_pylist(), strict=True))
-    for topic, partition in dict.fromkeys(places):
-        mask = pc.and_(pc.equal(table["topic"], topic), pc.equal(table["partition"], partition))
-        rows = table.filter(mask).select(_SEQUENCED_COLUMNS)
-        _write_file(storage, f"{batch}/topic={topic}/partition={partition}", rows)
+    for tp, rows in partitions_of(table):
+        place = f"{batch}/topic={tp.topic}/partition={tp.partition}"
+        _write_file(storage, place, rows.select(_SEQUENCED_COLUMNS))
 
 
 def _write_file(storage: Storage, folder: str, table: pa.Table) -> None:
