@@ -212,3 +212,25 @@ def test_one_offset_is_read_through_the_batch_lookup() -> None:
     assert reader.offset({"file": "a"}) == {"pos": 9}
     assert reader.offset({"file": "b"}) is None
     assert reader.asked == [[{"file": "a"}], [{"file": "b"}]]
+
+
+def test_partitions_of_and_rows_in_pick_each_partitions_records_in_order() -> None:
+    import pyarrow as pa
+
+    from herder.connect import OffsetRange, TopicPartition, partitions_of, rows_in
+
+    table = pa.table(
+        {
+            "topic": ["a", "b", "a", "a", "b"],
+            "partition": [1, 0, 0, 1, 0],
+            "offset": [7, 3, 0, 8, 4],
+        }
+    )
+    split = [(tp, rows["offset"].to_pylist()) for tp, rows in partitions_of(table)]
+    assert split == [
+        (TopicPartition("a", 1), [7, 8]),
+        (TopicPartition("b", 0), [3, 4]),
+        (TopicPartition("a", 0), [0]),
+    ]
+    picked = rows_in(table, OffsetRange(TopicPartition("a", 1), 8, 9))
+    assert picked["offset"].to_pylist() == [8]
