@@ -61,8 +61,8 @@ def utc(moment: Any) -> dt.datetime:
     return moment.astimezone(dt.UTC).replace(tzinfo=None)
 
 
-def poll_batch(task: Any, offsets: Offsets, *, commit: bool = True) -> list[Event]:
-    return poll_one(task, offsets, commit=commit)[1]
+def poll_batch(task: Any, offsets: Offsets) -> list[Event]:
+    return poll_one(task, offsets)[1]
 
 
 def poll_one(

@@ -402,8 +402,8 @@ def test_kill9_of_the_task_worker(cluster: Cluster, tmp_path: Path, kills: int) 
     finally:
         total = writer.stop()
     finish(cluster, output, total)
-    # a line at a time, most batches are small: the worker staged them itself (the
-    # trickle path, on by default), and exactly once held for them too
+    # a line at a time, batches are small: the worker staged them itself (the trickle
+    # path, on by default) where no kill left a backlog, and exactly once held for them
     assert staged_by_pyarrow(cluster.storage), "no batch took the trickle path"
     print(
         json.dumps(
