@@ -7,6 +7,7 @@ import logging
 import sys
 
 from herder.ensemble.zab import Faults
+from herder.ensemble.zab.config import HOST_FAULTS
 from tests.sim.cluster import PROFILES, Simulation
 from tests.sim.failures import run_seeds
 
@@ -18,7 +19,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument(
         "--bug",
-        choices=[f for f in Faults.__dataclass_fields__],
+        choices=[f for f in Faults.__dataclass_fields__ if f not in HOST_FAULTS],
         action="append",
         default=[],
         help="plant one of the core's test-only bugs",

@@ -65,11 +65,12 @@ def test_the_real_simulator_reaches_every_corner_it_is_meant_to() -> None:
         topologies.add(tuple(sorted(report.servers.values(), key=lambda r: r.value)))
         totals.update(report.syncs)
         totals["crashes"] += report.crashes
+        totals["epoch crashes"] += report.epoch_crashes
         totals["partitions"] += report.partitions
         totals["resets"] += report.resets
         totals["snapshots"] += report.snapshots
         totals["acknowledged"] += report.acknowledged_writes
     assert len(topologies) >= 3
-    for key in ("DIFF", "SNAP", "crashes", "partitions", "resets", "snapshots"):
+    for key in ("DIFF", "SNAP", "crashes", "epoch crashes", "partitions", "resets", "snapshots"):
         assert totals[key] > 0, key
     assert totals["acknowledged"] > 1000

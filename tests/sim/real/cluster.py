@@ -86,6 +86,8 @@ class RealReport:
     acknowledged_writes: int = 0
     commits: int = 0
     crashes: int = 0
+    #: crashes scheduled for a moment after a server wrote an epoch
+    epoch_crashes: int = 0
     partitions: int = 0
     resets: int = 0
     liveness_ms: int = 0
@@ -93,10 +95,6 @@ class RealReport:
     #: how learners were synchronised (DIFF, TRUNC, SNAP), over every incarnation
     syncs: Counter[str] = field(default_factory=Counter)
     snapshots: int = 0
-
-    @property
-    def faults(self) -> int:
-        return self.crashes + self.partitions + self.resets
 
 
 class RealSimulation:
@@ -221,9 +219,7 @@ class RealSimulation:
         report.commits = len(self.checker.history)
         report.resets = self.net.resets
         for host in self.hosts.values():
-            if host.replica is not None:
-                report.syncs.update(host.replica.syncs)
-                report.snapshots += host.replica.snapshots_taken
+            host.tally(report)
         if report.commits < MIN_COMMITS:
             raise LivenessFailure(f"only {report.commits} writes committed")
         return report
@@ -362,6 +358,7 @@ class RealSimulation:
         if self.faulting and self.rng.random() < self.profile.crash_after_epoch:
             at = self.clock.now + self.rng.randint(0, 3) / 1000
             self._push(at, CRASH, host.sid, host.incarnation)
+            self.report.epoch_crashes += 1
 
     def _crash(self, host: RealHost) -> None:
         host.crash()

@@ -32,7 +32,7 @@ from tests.sim.checker import SafetyViolation
 from tests.sim.real.loop import SimLoop
 
 if TYPE_CHECKING:
-    from tests.sim.real.cluster import RealSimulation
+    from tests.sim.real.cluster import RealReport, RealSimulation
 
 DATA_DIR = "/data"
 #: the simulated client writes append one record each to this log
@@ -132,11 +132,16 @@ class RealHost:
         await replica.net.start()
         await replica.start()
 
+    def tally(self, report: RealReport) -> None:
+        """Add the running incarnation's syncs and snapshots to ``report``."""
+        if self.replica is not None:
+            report.syncs.update(self.replica.syncs)
+            report.snapshots += self.replica.snapshots_taken
+
     def crash(self) -> None:
         """The process dies: its loop stops for good, the disk loses what was unsynced."""
         assert self.loop is not None and self.replica is not None
-        self.sim.report.syncs.update(self.replica.syncs)
-        self.sim.report.snapshots += self.replica.snapshots_taken
+        self.tally(self.sim.report)
         self.loop.dead = True
         self.graveyard.append((self.loop, self.replica, self.storage))
         self._promised = self._durable

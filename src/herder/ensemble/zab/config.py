@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from herder.errors import ConfigError
 
@@ -40,6 +41,11 @@ class Faults:
     #: storage starts a new log file without syncing its directory, so a crash can
     #: lose the file's name, and with it records already acknowledged
     storage_skips_log_dir_fsync: bool = False
+
+
+#: The faults planted outside the protocol core, in the host and its storage: a
+#: simulator that drives the core alone cannot plant them.
+HOST_FAULTS: Final = frozenset({"host_acks_before_fsync", "storage_skips_log_dir_fsync"})
 
 
 @dataclass(frozen=True)
