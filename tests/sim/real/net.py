@@ -144,7 +144,7 @@ class _Conn:
         return self.a, self.b
 
 
-class SimServer:
+class SimListener:
     """What ``create_server`` returns: enough of :class:`asyncio.Server` to close it."""
 
     def __init__(self, net: SimNet, key: tuple[str, int]) -> None:
@@ -174,10 +174,12 @@ class SimNet:
     def is_cut(self, a: int, b: int) -> bool:
         return (a, b) in self.cut
 
-    def listen(self, loop: SimLoop, factory: Callable[[], Any], host: str, port: int) -> SimServer:
+    def listen(
+        self, loop: SimLoop, factory: Callable[[], Any], host: str, port: int
+    ) -> SimListener:
         key = (host, port)
         self.listeners[key] = (loop, factory)
-        return SimServer(self, key)
+        return SimListener(self, key)
 
     async def connect(
         self, loop: SimLoop, factory: Callable[[], Any], host: str, port: int
