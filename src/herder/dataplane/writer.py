@@ -143,21 +143,7 @@ class SegmentWriter:
 
         def job() -> list[StagedSegment]:
             table = made if made is not None else records_to_table(records, counts, sticky, now)
-            # createDataFrame makes a Spark partition of every Arrow batch (10k rows),
-            # and each would write a file into every partition directory it touches;
-            # coalescing keeps neighbouring rows together (without locality, coalesce
-            # groups consecutive partitions, in order), so each file holds a run of records
-            tasks = -(-table.num_rows // ROWS_PER_WRITE_TASK)
-            only = _single_partition(table)
-            if only is None:
-                df = self.spark.session.createDataFrame(table).coalesce(tasks)
-                _write(df, self.storage.uri(path))
-                return _describe(self.storage, path)
-            # one partition: the files' order is the records' (see _stage_in_order)
-            table, shared = _lean(table.drop_columns(["topic", "partition", "seq"]))
-            df = self.spark.session.createDataFrame(table).coalesce(tasks)
-            _write_partition(df, self.storage, path, *only)
-            return _describe(self.storage, path, positional=True, timestamp=shared)
+            return self._stage_table(table, path, by_spark=True)
 
         segments = await self.spark.run(job, pool=self.pool)
         return self._staged_batch(batch, segments, topics)
@@ -178,12 +164,34 @@ class SegmentWriter:
         table = records_to_table(records, counts, sticky, now)
         if not self.trickle.takes(table.num_rows, table.nbytes):
             return table
+        return self._stage_table(table, path, by_spark=False)
+
+    def _stage_table(self, table: pa.Table, path: str, *, by_spark: bool) -> list[StagedSegment]:
+        """Write a poll's records (a table of STAGE_SCHEMA) as batch ``path``, by Spark
+        or by pyarrow, laid out alike: the rows of one partition in order, without the
+        columns they all share (:func:`_lean`), or a directory per partition."""
         only = _single_partition(table)
-        if only is None:
+        shared = None
+        if only is not None:
+            # one partition: the files' order is the records' (see _stage_in_order)
+            table, shared = _lean(table.drop_columns(["topic", "partition", "seq"]))
+        if by_spark:
+            # createDataFrame makes a Spark partition of every Arrow batch (10k rows),
+            # and each would write a file into every partition directory it touches;
+            # coalescing keeps neighbouring rows together (without locality, coalesce
+            # groups consecutive partitions, in order), so each file holds a run of records
+            tasks = -(-table.num_rows // ROWS_PER_WRITE_TASK)
+            df = self.spark.session.createDataFrame(table).coalesce(tasks)
+            if only is None:
+                _write(df, self.storage.uri(path))
+            else:
+                _write_partition(df, self.storage, path, *only)
+        elif only is None:
             write_partitioned(self.storage, path, table)
+        else:
+            write_in_order(self.storage, path, *only, table)
+        if only is None:
             return _describe(self.storage, path)
-        lean, shared = _lean(table.drop_columns(["topic", "partition", "seq"]))
-        write_in_order(self.storage, path, *only, lean)
         return _describe(self.storage, path, positional=True, timestamp=shared)
 
     async def stage_dataframe(self, df: DataFrame, topic: str | None = None) -> StagedBatch:
