@@ -51,11 +51,11 @@ from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.coordinator.offsets import TopicPartition as GroupPartition
 from herder.dataplane.delivery import DeliveryPlan
 from herder.dataplane.fencing import connector_fence_id, current_epoch, task_fence_id
-from herder.dataplane.metadata import PartitionState
+from herder.dataplane.metadata import PartitionState, SegmentSlice
 from herder.dataplane.spark import SparkSettings, spark_runtime
 from herder.dataplane.staged import StagedBatch
 from herder.dataplane.storage import Storage, check_reachable
-from herder.dataplane.topics import Topics, TxnRefused
+from herder.dataplane.topics import Topics, TxnRefused, slices_of
 from herder.dataplane.transforms.pipeline import RecordPipeline, validate_record_handling
 from herder.dataplane.trickle import TrickleLimits, read_slices
 from herder.dataplane.writer import SegmentWriter
@@ -804,10 +804,17 @@ class SinkExecution(_Execution):
         for topic, ranges in by_topic.items():
             read_at = time.monotonic()
             records = sum(stop - start for start, stop in ranges.values())
-            table = await self._read_trickle(topic, ranges, records)
+            # the segments read, from the states just refreshed: no round trip again
+            slices = slices_of(topic, (states[topic][p] for p in sorted(ranges)), ranges)
+            table = await self._read_trickle(topic, slices, records)
             if table is None:
                 df, offset_ranges = await self.topics.read_ranged(
-                    topic, ranges, ordered=True, ranged=self.task.offset_ranged, pool=self.name
+                    topic,
+                    ranges,
+                    ordered=True,
+                    ranged=self.task.offset_ranged,
+                    pool=self.name,
+                    slices=slices,
                 )
                 # transforms select and filter: each Spark partition keeps its offset range
                 df = await self.pipeline.before_put(df)
@@ -850,7 +857,7 @@ class SinkExecution(_Execution):
         return limits.max_records
 
     async def _read_trickle(
-        self, topic: str, ranges: Mapping[int, tuple[int, int]], records: int
+        self, topic: str, slices: list[SegmentSlice], records: int
     ) -> pa.Table | None:
         """A small delivery read with pyarrow for a task that takes Arrow tables, or
         None to read it with Spark (see :mod:`~herder.dataplane.trickle`): too big,
@@ -858,7 +865,6 @@ class SinkExecution(_Execution):
         limits = self.runtime.trickle
         if not self._trickle_budget() or not limits.takes(records, 0):
             return None
-        slices = await self.topics.plan_read(topic, ranges)
         storage = self.runtime.storage
         return await asyncio.to_thread(read_slices, storage, topic, slices, limits.max_bytes)
 

@@ -542,20 +542,7 @@ class Topics:
         """The committed segments holding the offsets of ``ranges``, in (partition, offset)
         order; every partition from its start to its current end by default."""
         states = await self.partitions(name, None if ranges is None else sorted(ranges))
-        slices = []
-        for state in states:
-            start, stop = (0, None) if ranges is None else ranges[state.partition]
-            stop = state.next_offset if stop is None else min(stop, state.next_offset)
-            for segment in state.overlapping(start, stop):
-                slices.append(
-                    SegmentSlice(
-                        name,
-                        segment,
-                        max(start, segment.base_offset, state.start_offset),
-                        min(stop, segment.end_offset),
-                    )
-                )
-        return slices
+        return slices_of(name, states, ranges)
 
     async def read(
         self,
@@ -577,14 +564,17 @@ class Topics:
         ordered: bool = False,
         ranged: bool = True,
         pool: str | None = None,
+        slices: list[SegmentSlice] | None = None,
     ) -> tuple[DataFrame, list[OffsetRange] | None]:
         """:meth:`read`, with, if ``ranged``, the offset range each of the DataFrame's
         Spark partitions holds, in their order, or None if they do not follow offset
-        ranges (see :func:`~herder.dataplane.reader.slices_dataframe`)."""
+        ranges (see :func:`~herder.dataplane.reader.slices_dataframe`). ``slices``: the
+        read already planned from states at hand (:func:`slices_of`)."""
         if self.spark is None:
             raise ConfigError("reading a topic into a DataFrame needs a Spark runtime")
         runtime, storage = self.spark, self.storage
-        slices = await self.plan_read(name, ranges)
+        if slices is None:
+            slices = await self.plan_read(name, ranges)
 
         def build() -> tuple[DataFrame, list[OffsetRange] | None]:
             return slices_dataframe(
@@ -738,3 +728,25 @@ class Topics:
         if deleted:
             log.info("reaped %d uncommitted staging entries of %s", len(deleted), ", ".join(layout))
         return deleted
+
+
+def slices_of(
+    name: str, states: Iterable[PartitionState], ranges: OffsetRanges | None = None
+) -> list[SegmentSlice]:
+    """The committed segments of partition ``states`` of topic ``name`` that hold the
+    offsets of ``ranges`` (from each partition's start to its end by default), in the
+    states' order and by offset."""
+    slices = []
+    for state in states:
+        start, stop = (0, None) if ranges is None else ranges[state.partition]
+        stop = state.next_offset if stop is None else min(stop, state.next_offset)
+        for segment in state.overlapping(start, stop):
+            slices.append(
+                SegmentSlice(
+                    name,
+                    segment,
+                    max(start, segment.base_offset, state.start_offset),
+                    min(stop, segment.end_offset),
+                )
+            )
+    return slices
