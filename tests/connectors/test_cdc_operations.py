@@ -4,12 +4,15 @@ while it is snapshotted, and a connection the server terminates mid-stream."""
 
 from __future__ import annotations
 
+import subprocess
+import threading
 import time
 from typing import Any
 
 import pytest
 
 from herder.connectors.cdc import PostgresCdcSourceConnector, PostgresCdcSourceTask
+from herder.connectors.jdbc.postgres import DatabaseError
 from herder.dataplane import SparkRuntime
 from tests.connectors.cdc import (
     Event,
@@ -273,3 +276,122 @@ def test_a_terminated_connection_is_opened_again_and_a_restart_loses_and_repeats
     finally:
         again.stop()
     assert delivered == list(range(1, 14))
+
+
+def test_the_lag_measured_while_the_task_streams_never_takes_the_slot_from_it(
+    spark: SparkRuntime, logical_postgres: PostgresServer, logical_database: str
+) -> None:
+    """The status endpoint measures the lag (a peek at the slot) whenever it is asked,
+    from another thread, while the task peeks and confirms: a slot serves one session
+    at a time, so they take turns rather than fail each other."""
+    db = dbname(logical_database)
+    logical_postgres.execute("CREATE TABLE t (id integer PRIMARY KEY, note text)", db)
+    offsets = Offsets()
+    config = cdc_config(logical_postgres, logical_database, snapshot_mode="no_data",
+                        max_batch_size="40")  # fmt: skip
+    task = cdc_task(config, offsets)
+    measured: list[dict[str, Any]] = []
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def measure() -> None:
+        while not done.is_set():
+            try:
+                measured.append(task.lag() or {})
+            except BaseException as exc:
+                failures.append(exc)
+                return
+
+    meter = threading.Thread(target=measure, daemon=True)
+    try:
+        assert poll_events(task, offsets) == []
+        # a backlog of many small transactions keeps the slot ahead of its confirmed
+        # position, so every measure peeks, and the task confirms batch after batch
+        logical_postgres.execute(
+            "DO $$ BEGIN FOR i IN 1..400 LOOP"
+            " INSERT INTO t VALUES (i, repeat('x', 200)); COMMIT; END LOOP; END $$",
+            db,
+        )
+        flushed_past_now(logical_postgres, logical_database)
+        meter.start()
+        events = poll_until(task, offsets, 400, timeout=120)
+    finally:
+        done.set()
+        meter.join(timeout=30)
+        task.stop()
+    assert not failures, f"measuring the lag failed: {failures[0]!r}"
+    assert ids(events, "c") == list(range(1, 401))
+    assert any(m.get("bytes", 0) > 0 for m in measured), "no measure saw a backlog"
+
+
+def test_a_slot_another_session_holds_is_waited_for_then_named(
+    spark: SparkRuntime, logical_postgres: PostgresServer, logical_database: str
+) -> None:
+    """A slot held by another session (here pg_recvlogical; after a kill -9, the killed
+    worker's server process finishing its peek) is tried again, as Debezium's
+    slot.max.retries and slot.retry.delay.ms say; once they run out, the error names
+    who holds it and what to do."""
+    db = dbname(logical_database)
+    logical_postgres.execute("CREATE TABLE t (id integer PRIMARY KEY)", db)
+    offsets = Offsets()
+    config = cdc_config(logical_postgres, logical_database, snapshot_mode="no_data",
+                        slot_max_retries="4", slot_retry_delay_ms="500")  # fmt: skip
+    task = cdc_task(config, offsets)
+
+    def hold_slot() -> subprocess.Popen[bytes]:
+        holder = subprocess.Popen(
+            [
+                str(logical_postgres.bindir / "pg_recvlogical"),
+                "-d", logical_postgres.dsn(db), "--slot", config["slot.name"],
+                "--start", "-f", "/dev/null", "-o", "proto_version=1",
+                "-o", "publication_names=dbz_publication",
+            ],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+
+        def held() -> bool:
+            assert holder.poll() is None, holder.stderr.read() if holder.stderr else ""
+            rows = logical_postgres.execute(
+                "SELECT active FROM pg_replication_slots"
+                f" WHERE slot_name = '{config['slot.name']}'",
+                db,
+            )
+            return bool(rows and rows[0][0])
+
+        wait_until(held, timeout=30, interval=0.05, what="pg_recvlogical holding the slot")
+        return holder
+
+    try:
+        assert poll_events(task, offsets) == []
+        logical_postgres.execute("INSERT INTO t VALUES (1)", db)
+        flushed_past_now(logical_postgres, logical_database)
+        holder = hold_slot()
+        # let go of it while the task waits: the poll gets the change
+        release = threading.Timer(1.2, holder.terminate)
+        release.start()
+        try:
+            events = poll_until(task, offsets, 1)
+        finally:
+            release.join()
+            holder.wait(timeout=30)
+        assert ids(events, "c") == [1]
+        logical_postgres.execute("INSERT INTO t VALUES (2)", db)
+        flushed_past_now(logical_postgres, logical_database)
+        holder = hold_slot()
+        try:
+            with pytest.raises(DatabaseError) as failed:
+                poll_until(task, offsets, 1)
+        finally:
+            holder.terminate()
+            holder.wait(timeout=30)
+        message = str(failed.value)
+        assert config["slot.name"] in message and "is active for PID" in message
+        assert "after 4 retries" in message and "slot.name" in message
+    finally:
+        task.stop()
+    # nothing was confirmed past what was delivered: a new task gets change 2
+    again = cdc_task(config, offsets)
+    try:
+        assert ids(poll_until(again, offsets, 1), "c") == [2]
+    finally:
+        again.stop()

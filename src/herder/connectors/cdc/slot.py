@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -49,17 +50,33 @@ class SlotState:
 
 
 class Slot:
-    """One logical replication slot with ``pgoutput``, on a connection of its own."""
+    """One logical replication slot with ``pgoutput``, on a connection of its own.
 
-    def __init__(self, database: Database, name: str, publication: str) -> None:
+    A slot serves one session at a time. When another holds it (a predecessor's server
+    process still finishing a peek after its worker was killed, or a client reading the
+    slot), a statement that needs it is tried again ``busy_retries`` times,
+    ``busy_delay`` seconds apart, as Debezium's ``slot.max.retries`` and
+    ``slot.retry.delay.ms`` do, before the task fails saying who holds it."""
+
+    def __init__(
+        self,
+        database: Database,
+        name: str,
+        publication: str,
+        *,
+        busy_retries: int = 6,
+        busy_delay: float = 10.0,
+    ) -> None:
         self.database = database
         self.name = name
         self.publication = publication
+        self.busy_retries = busy_retries
+        self.busy_delay = busy_delay
         self.conn: Connection = database.connect(autocommit=True)
-        self._closed = False
+        self._closed = threading.Event()
 
     def close(self) -> None:
-        self._closed = True
+        self._closed.set()
         with contextlib.suppress(Exception):
             self.conn.close()
 
@@ -72,6 +89,35 @@ class Slot:
             raise DatabaseError(f"{self.database.where()}: {first_line(exc)}") from exc
 
     def _run(self, sql: str, fetch: Callable[[Any], T]) -> T:
+        """:meth:`_run_once`, again while another session holds the slot (bounded)."""
+        for attempt in range(self.busy_retries + 1):
+            try:
+                return self._run_once(sql, fetch)
+            except Exception as exc:
+                if not _slot_in_use(exc) or self._closed.is_set():
+                    raise
+                if attempt == self.busy_retries:
+                    raise SetupError(
+                        f"replication slot {self.name!r} on {self.database.where()} is held"
+                        f" by another session ({first_line(exc)}) after {attempt} retries"
+                        f" {self.busy_delay:g} s apart: stop whatever reads it (see"
+                        " pg_stat_replication, or pg_replication_slots.active_pid), or give"
+                        " this connector a slot of its own (slot.name)"
+                    ) from exc
+                log.warning(
+                    "replication slot %s is held by another session (%s); trying again in"
+                    " %g s (%d of %d)",
+                    self.name,
+                    first_line(exc),
+                    self.busy_delay,
+                    attempt + 1,
+                    self.busy_retries,
+                )
+                if self._closed.wait(self.busy_delay):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _run_once(self, sql: str, fetch: Callable[[Any], T]) -> T:
         """Run ``sql`` and ``fetch`` its result; once more on a new connection if the
         server dropped this one (a restart, ``pg_terminate_backend``, a network blip).
 
@@ -84,7 +130,7 @@ class Slot:
                 cursor.execute(sql)
                 return fetch(cursor)
         except Exception as exc:
-            if self._closed or not _connection_lost(exc):
+            if self._closed.is_set() or not _connection_lost(exc):
                 raise
             log.warning(
                 "slot %s lost its connection to %s (%s); connecting again",
@@ -243,6 +289,8 @@ class Slot:
         )
         try:
             table = self._run(sql, lambda cursor: cursor.fetch_arrow_table())
+        except SetupError:
+            raise
         except Exception as exc:
             text = first_line(exc)
             if "does not exist" in text and "publication" in text:
@@ -257,6 +305,11 @@ class Slot:
 
 def _fetch_rows(cursor: Any) -> list[tuple[object, ...]]:
     return [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+
+
+def _slot_in_use(exc: BaseException) -> bool:
+    """Whether ``exc`` says another session holds the slot (SQLSTATE 55006)."""
+    return getattr(exc, "sqlstate", None) == "55006" or "is active for PID" in str(exc)
 
 
 def _connection_lost(exc: BaseException) -> bool:

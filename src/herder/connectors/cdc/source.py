@@ -78,6 +78,8 @@ AUTOCREATE = "publication.autocreate.mode"
 SNAPSHOT_MODE = "snapshot.mode"
 HEARTBEAT_MS = "heartbeat.interval.ms"
 SLOT_DROP = "slot.drop.on.stop"
+SLOT_RETRIES = "slot.max.retries"
+SLOT_RETRY_MS = "slot.retry.delay.ms"
 POLL_MS = "poll.interval.ms"
 MAX_BATCH = "max.batch.size"
 TOMBSTONES = "tombstones.on.delete"
@@ -144,6 +146,13 @@ class PostgresCdcSourceConnector(SourceConnector):
             .define(SLOT_DROP, Type.BOOLEAN, default=False, importance=Importance.LOW,
                     documentation="Drop the slot when the task stops (its changes since are"
                     " then lost to this connector).")
+            .define(SLOT_RETRIES, Type.INT, default=6, validator=Range.at_least(0),
+                    importance=Importance.LOW,
+                    documentation="How many times to try again when another session holds"
+                    " the slot (a stopped worker's server process finishing its read).")
+            .define(SLOT_RETRY_MS, Type.LONG, default=10_000, validator=Range.at_least(1),
+                    importance=Importance.LOW,
+                    documentation="How long to wait between those tries.")
             .define(POLL_MS, Type.LONG, default=500, validator=Range.at_least(1),
                     importance=Importance.LOW,
                     documentation="How long to wait for changes when there were none.")
@@ -265,9 +274,16 @@ class PostgresCdcSourceTask(SourceTask):
         #: (position, runs done) of a poll's batches an earlier incarnation left half
         #: committed: the rest is polled first
         self._resume: tuple[int, int] | None = None
-        #: held while the slot is peeked: it serves one reader at a time
+        #: held while the slot is used (peeked, advanced, its lag measured): it serves
+        #: one session at a time
         self._reading = threading.Lock()
-        self.slot = Slot(self.database, settings[SLOT], settings[PUBLICATION])
+        self.slot = Slot(
+            self.database,
+            settings[SLOT],
+            settings[PUBLICATION],
+            busy_retries=settings[SLOT_RETRIES],
+            busy_delay=settings[SLOT_RETRY_MS] / 1000,
+        )
         self.lag_meter = SlotLag(self.database, settings[SLOT], settings[PUBLICATION])
         try:
             self._prepare(settings)
@@ -334,7 +350,7 @@ class PostgresCdcSourceTask(SourceTask):
                 self._resume = (int(offset["batch_upto"]), int(offset["batch_runs"]))
             if state.confirmed_flush < self.position:
                 # committed, not yet confirmed when the last incarnation stopped
-                self.slot.advance(self.position)
+                self._advance(self.position)
 
     def _tables(self) -> list[TableId]:
         rows = self.slot.rows(
@@ -684,7 +700,13 @@ class PostgresCdcSourceTask(SourceTask):
         if not self._queue:
             self._release_snapshot()
         if self.confirmable > 0 and self.mode != INITIAL_ONLY and not self._stopping.is_set():
-            self.slot.advance(self.confirmable)
+            self._advance(self.confirmable)
+
+    def _advance(self, lsn: int) -> None:
+        """Confirm ``lsn`` to the slot, never while the lag meter peeks at it (the slot
+        would be another session's for that moment, and the advance fail)."""
+        with self._reading:
+            self.slot.advance(lsn)
 
     def lag(self) -> dict[str, int | float] | None:
         """WAL bytes the slot holds for this connector, and the age in seconds of the
@@ -716,7 +738,7 @@ class PostgresCdcSourceTask(SourceTask):
 
     def _drop_slot(self, slot: Slot) -> None:
         """Drop the slot once no session holds it (the poll's may take a moment to end)."""
-        dropper = Slot(self.database, slot.name, slot.publication)
+        dropper = Slot(self.database, slot.name, slot.publication, busy_retries=0)
         try:
             deadline = time.monotonic() + 10
             while True:
