@@ -3,6 +3,7 @@
     python bench/partitions.py [--records N] [--files F] [--row-bytes B] [--tasks 1,2,4]
                                [--partitions P] [--batch-files K] [--warmup-runs W]
                                [--driver-memory 1g] [--tmp-dir D] [--pretty]
+                               [--keep-work-dir] [--worker-log-level DEBUG]
 
 The input is F JSON-lines files (default 64) holding N rows (default 1,000,000) of
 about B bytes (default 100), ``{"id":…,"pad":"…"}``. For each task count T of
@@ -12,11 +13,14 @@ about B bytes (default 100), ``{"id":…,"pad":"…"}``. For each task count T o
   ``local[*]`` each) in one group; a topic of P partitions (default 8, made with
   ``herder topics create``); a DirectorySink (text) and a DirectorySource (json, with
   the rows' schema given) with ``tasks.max=T`` each, RUNNING on an input directory that
-  does not exist yet. The source's tasks share the files out by name, each batch of K
-  files (``batch.max.files``, default 4) goes to one partition, rotating, and the sink's
-  T group members split the P partitions. The prepared directory is renamed into place
-  and the clock runs until the sink's files hold every row (their size is the input's:
-  the sink writes each row back as the same JSON). The output is then checked: every
+  does not exist yet, and the sink's group formed (Stable with T members: a member
+  that joins once records flow waits for the others' deliveries to end, which would
+  time the group's forming rather than the pipeline). The source's tasks share the
+  files out by name, each batch of K files (``batch.max.files``, default 4) goes to one
+  partition, rotating, and the sink's T group members split the P partitions. The
+  prepared directory is renamed into place and the clock runs until the sink's files
+  hold every row (their size is the input's: the sink writes each row back as the same
+  JSON). The output is then checked: every
   id exactly once.
 * **plain Spark** (the anchor), in a process of its own with the workers' session
   settings (``local[*]``): the same partitioned write and read with the same
@@ -26,10 +30,11 @@ about B bytes (default 100), ``{"id":…,"pad":"…"}``. For each task count T o
   has two: on a machine of two cores that favours the anchor.)
 
 Each T gets ``--warmup-runs`` untimed runs first (default 1) on both sides, so the
-JVMs' hot paths are compiled before the clock runs. The JSON has, per T, records/s of
-both and their ratio, and ``scaling``: records/s at each T over records/s at T=1 (on a
-machine of two cores the point is that it does not fall). Progress goes to stderr;
-every process started is stopped by PID in ``finally`` blocks.
+JVMs' hot paths are compiled before the clock runs; on herder's side, after one more
+first with tasks on every worker (a run of one task lands on either worker). The JSON
+has, per T, records/s of both and their ratio, and ``scaling``: records/s at each T
+over records/s at T=1 (on a machine of two cores the point is that it does not fall).
+Progress goes to stderr; every process started is stopped by PID in ``finally`` blocks.
 """
 
 from __future__ import annotations
@@ -188,7 +193,9 @@ def run_anchor(args: argparse.Namespace, input_dir: Path, work: Path) -> dict[st
 class Cluster:
     """One ensemble server and two workers in one group, and their REST APIs."""
 
-    def __init__(self, services: _procs.Services, work: Path, driver_memory: str) -> None:
+    def __init__(
+        self, services: _procs.Services, work: Path, driver_memory: str, log_level: str = "INFO"
+    ) -> None:
         self.server, client_port = start_ensemble(services, work)
         self.bootstrap = f"127.0.0.1:{client_port}"
         self.workers: list[_procs.Service] = []
@@ -209,7 +216,16 @@ class Cluster:
             with _procs.children_ignore_sigint():
                 self.workers.append(
                     services.start(
-                        f"worker-{n}", [*HERDER, "worker", "start", "--config", str(config)]
+                        f"worker-{n}",
+                        [
+                            *HERDER,
+                            "--log-level",
+                            log_level,
+                            "worker",
+                            "start",
+                            "--config",
+                            str(config),
+                        ],
                     )
                 )
             self.urls.append(f"http://127.0.0.1:{rest_port}")
@@ -252,6 +268,18 @@ class Cluster:
             raise RuntimeError(f"task of {name} failed:\n{failed[0].get('trace')}")
         return len(found) == tasks and all(t["state"] == "RUNNING" for t in found)
 
+    def group_formed(self, sink: str, members: int) -> bool:
+        """Whether the sink's consumer group (``connect-<sink>``) is Stable with
+        ``members`` members: every sink task has its partitions."""
+        command = [*HERDER, "groups", "describe", f"connect-{sink}", "--json"]
+        found = subprocess.run(
+            [*command, "--bootstrap", self.bootstrap], timeout=120, capture_output=True, text=True
+        )
+        if found.returncode != 0:
+            return False
+        group = json.loads(found.stdout)
+        return group.get("state") == "Stable" and len(group.get("members", [])) == members
+
     def cpu_seconds(self) -> float:
         return sum(tree_cpu_seconds(w.pid) for w in self.workers)
 
@@ -278,6 +306,10 @@ def run_herder(
         300,
         f"{name}'s tasks RUNNING",
     )
+    # A sink task's member joins the group after its task is RUNNING; a member joining
+    # once records flow waits for the others to finish their deliveries and rejoin,
+    # which would time the group's forming, not the pipeline's throughput.
+    until(lambda: cluster.group_formed(f"{name}-sink", tasks), 300, f"{name}-sink's group formed")
     size = sum(p.stat().st_size for p in prepared.iterdir())
     cpu = cluster.cpu_seconds()
     started = time.monotonic()
@@ -329,8 +361,17 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         anchor = run_anchor(args, anchor_input, work)
         results: dict[str, Any] = {}
         with _procs.Services(work) as services:
-            cluster = Cluster(services, work, args.driver_memory)
+            cluster = Cluster(services, work, args.driver_memory, args.worker_log_level)
             try:
+                if args.warmup_runs:
+                    # a run that puts tasks on every worker: the per-T warm-ups below
+                    # would otherwise warm only the worker that one task landed on,
+                    # and its measured run might land on the other, cold one
+                    spread = max(WORKERS, *args.tasks)
+                    _procs.progress(f"herder: {spread} tasks each side, warming every worker")
+                    prepared = work / "warm.prepared"
+                    write_input(prepared, args.records, args.files, args.row_bytes)
+                    run_herder(cluster, args, "warm", spread, prepared, work)
                 for tasks in args.tasks:
                     for run_index in range(args.warmup_runs + 1):
                         label = "warm-up" if run_index < args.warmup_runs else "measured"
@@ -362,7 +403,10 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
             for side in ("herder", "spark")
         }
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep_work_dir:
+            _procs.progress(f"kept {work} (the workers' logs in worker-N.log)")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return figures, status
 
 
@@ -378,6 +422,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--tmp-dir", default=None)
     parser.add_argument("--pretty", action="store_true")
+    parser.add_argument("--keep-work-dir", action="store_true")
+    parser.add_argument(
+        "--worker-log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR")
+    )
     args = parser.parse_args(argv)
     try:
         args.tasks = [int(t) for t in args.tasks.split(",")]

@@ -10,7 +10,7 @@ import pyspark
 import pytest
 
 from herder.connect import OffsetRange, SourceRecord, TopicPartition
-from herder.dataplane.delivery import DeliveryPlan
+from herder.dataplane.delivery import DeliveryPlan, in_turn
 from herder.dataplane.execution import TaskExecutions
 from herder.dataplane.metadata import (
     START_KEY,
@@ -380,3 +380,48 @@ def test_a_delivery_of_small_files_is_cut_to_the_trickle_budget_but_a_big_file_g
     plan = DeliveryPlan(budget=1_000, ranged=True, small_budget=25)
     plan.take(TopicPartition("t", 0), 0, big)
     assert plan.by_topic == {"t": {0: (0, 510)}}
+
+
+def test_a_delivery_of_small_files_stays_small_over_its_partitions() -> None:
+    """Once a delivery's first piece fits the trickle budget, the partitions after it
+    give only what still fits: a backlog of small files in several partitions goes in
+    several trickle deliveries, not gathered into one for a Spark job."""
+    small = state_of(*(ordered_seg(i * 10, 10) for i in range(10)))
+    big = state_of(ordered_seg(0, 500))
+    t0, t1, t2 = (TopicPartition("t", p) for p in range(3))
+    plan = DeliveryPlan(budget=1_000, ranged=True, small_budget=25)
+    plan.take(t0, 0, small)
+    plan.take(t1, 0, small)  # 5 left of 25: its first file, of 10, waits
+    plan.take(t2, 0, big)  # bulk data waits for a delivery of its own
+    assert plan.by_topic == {"t": {0: (0, 20)}}
+    assert plan.small_budget == 5
+    # the budget used up, the delivery wants no more
+    plan = DeliveryPlan(budget=1_000, ranged=True, small_budget=20)
+    plan.take(t0, 0, small)
+    assert not plan.wants("t")
+    # that big piece first: the delivery is bulk, and takes the others up to the budget
+    plan = DeliveryPlan(budget=1_000, ranged=True, small_budget=25)
+    plan.take(t2, 0, big)
+    plan.take(t0, 0, small)
+    assert plan.by_topic == {"t": {2: (0, 500), 0: (0, 100)}}
+    # its ranges come in partition order, whatever order the partitions were taken in
+    assert [r.topic_partition.partition for r in plan.ranges["t"]] == [0] * 10 + [2]
+
+
+def test_each_delivery_starts_at_the_next_partition() -> None:
+    partitions = [TopicPartition("t", p) for p in range(3)]
+    assert in_turn(partitions, 0) == partitions
+    assert in_turn(partitions, 1) == partitions[1:] + partitions[:1]
+    assert in_turn(partitions, 5) == partitions[2:] + partitions[:2]
+    assert in_turn([], 3) == []
+    # a big piece left out of deliveries of small files is first in a later one
+    small = state_of(*(ordered_seg(i * 10, 10) for i in range(10)))
+    big = state_of(ordered_seg(0, 500))
+    states = {partitions[0]: small, partitions[1]: small, partitions[2]: big}
+    delivered = set()
+    for turn in range(3):
+        plan = DeliveryPlan(budget=1_000, ranged=True, small_budget=25)
+        for tp in in_turn(partitions, turn):
+            plan.take(tp, 0, states[tp])
+        delivered |= {tp for tp, stop in plan.reached.items() if stop > 0}
+    assert partitions[2] in delivered

@@ -15,10 +15,13 @@ beside its successor's outputs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from herder.connect import OffsetRange, TopicPartition
 from herder.dataplane.metadata import PartitionState
 from herder.dataplane.reader import MAX_FILES_UNIONED
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -28,14 +31,19 @@ class DeliveryPlan:
     budget: int
     ranged: bool
     #: records the deliveries of small files may hold and still take the trickle path
-    #: (0: none may): a delivery of small files is cut to it rather than gathered into
-    #: one delivery for Spark; a bigger first piece (bulk data) still goes whole
+    #: (0: none may). A delivery whose first piece fits is one of small files: it takes
+    #: only what still fits, of this partition and the next, rather than gathering up
+    #: to ``budget`` for one Spark job; a delivery whose first piece is bigger (bulk
+    #: data) goes through Spark, and takes up to ``budget``
     small_budget: int = 0
     #: ``[position, stop)`` of each partition to read, by topic
     by_topic: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
-    #: the pieces read, as offset ranges in order, by topic (for an offset-ranged sink)
+    #: the pieces read, as offset ranges in (partition, offset) order, by topic (for an
+    #: offset-ranged sink)
     ranges: dict[str, list[OffsetRange]] = field(default_factory=dict)
     _pieces_left: dict[str, int] = field(default_factory=dict)
+    #: whether this is a delivery of small files; None until its first piece is taken
+    _small: bool | None = None
 
     @property
     def reached(self) -> dict[TopicPartition, int]:
@@ -48,6 +56,8 @@ class DeliveryPlan:
 
     def wants(self, topic: str) -> bool:
         """Whether this delivery can take more of ``topic``."""
+        if self._small and self.small_budget <= 0:
+            return False
         return self.budget > 0 and self._pieces_left.get(topic, MAX_FILES_UNIONED) > 0
 
     def take(self, tp: TopicPartition, position: int, state: PartitionState | None) -> None:
@@ -56,13 +66,20 @@ class DeliveryPlan:
             return
         left = self._pieces_left.get(tp.topic, MAX_FILES_UNIONED) if self.ranged else None
         stop = state.read_stop(position, self.budget, left)
-        if 0 < self.small_budget < stop - position:
-            small = state.read_stop(position, min(self.budget, self.small_budget), left)
-            if small - position <= self.small_budget:
-                stop = small
-        self.small_budget -= stop - position
         if stop <= position:
             return
+        if self.small_budget > 0 and self._small is not False:
+            if stop - position > self.small_budget:
+                small = state.read_stop(position, min(self.budget, self.small_budget), left)
+                if small - position <= self.small_budget:
+                    stop = small
+                elif self._small:
+                    # a piece bigger than what is left: for a later delivery, which
+                    # starts at another partition (the caller turns the order round)
+                    return
+            self._small = stop - position <= self.small_budget
+            if self._small:
+                self.small_budget -= stop - position
         if left is not None:
             taken = []
             start = position
@@ -71,7 +88,20 @@ class DeliveryPlan:
                     break
                 taken.append(OffsetRange(tp, start, end))
                 start = end
-            self.ranges.setdefault(tp.topic, []).extend(taken)
+            ranges = self.ranges.setdefault(tp.topic, [])
+            ranges.extend(taken)
+            ranges.sort(key=lambda r: (r.topic_partition.partition, r.from_offset))
             self._pieces_left[tp.topic] = max(0, left - len(taken))
         self.budget -= stop - position
         self.by_topic.setdefault(tp.topic, {})[tp.partition] = (position, stop)
+
+
+def in_turn(items: list[T], turn: int) -> list[T]:
+    """``items`` starting at the ``turn``-th (modulo their number), then round: the order
+    of a task's partitions for its ``turn``-th delivery, so that a partition whose
+    records do not fit one delivery is first in some later one rather than always
+    last behind the same others."""
+    if not items:
+        return items
+    start = turn % len(items)
+    return items[start:] + items[:start]

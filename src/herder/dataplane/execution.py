@@ -49,7 +49,7 @@ from herder.connect.source import OffsetReader
 from herder.coordinator.apis import fencing_op
 from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.coordinator.offsets import TopicPartition as GroupPartition
-from herder.dataplane.delivery import DeliveryPlan
+from herder.dataplane.delivery import DeliveryPlan, in_turn
 from herder.dataplane.fencing import connector_fence_id, current_epoch, task_fence_id
 from herder.dataplane.metadata import PartitionState, SegmentSlice
 from herder.dataplane.spark import SparkSettings, spark_runtime
@@ -635,6 +635,8 @@ class SinkExecution(_Execution):
         #: delivered records whose offset commit failed and is to be tried again
         self._uncommitted = False
         self._task_lock = asyncio.Lock()
+        #: deliveries planned: which partition the next one starts at (see in_turn)
+        self._turn = 0
         #: whether the task takes small batches as Arrow tables (asked after its start)
         self._accepts_arrow = False
         self.context = _SinkContext(self)
@@ -781,7 +783,8 @@ class SinkExecution(_Execution):
             max_records, ranged=self.task.offset_ranged, small_budget=self._trickle_budget()
         )
         states: dict[str, dict[int, PartitionState]] = {}
-        for tp, position in sorted(self.positions.items()):
+        self._turn += 1
+        for tp, position in in_turn(sorted(self.positions.items()), self._turn):
             if tp in self.context.paused() or not plan.wants(tp.topic):
                 continue
             if tp.topic not in states:
