@@ -19,7 +19,8 @@ integers, text, a timestamp, numeric(12,2) and a boolean. Measured in one run, o
 * **herder**: one ensemble server and one worker (``local[*]``). The table is filled
   (in one transaction, then analysed, as Spark's is; ``fill_s`` says how long that
   took, outside the copy), then the clock starts, a JdbcSource (``mode=incrementing``,
-  batches of ``--batch-rows``, default 250,000) and a JdbcSink (``insert.mode=upsert``
+  with its default ``batch.max.rows`` unless ``--batch-rows`` sets it) and a JdbcSink
+  (``insert.mode=upsert``
   by the key, into an empty table) are created, and the clock runs until the target
   table holds every row (the *copy*: the same work as Spark's, connector and task
   start included). Then the *source*
@@ -168,13 +169,20 @@ def connection(server: PostgresServer) -> dict[str, str]:
     }
 
 
-def source_config(server: PostgresServer, table: str, batch_rows: int) -> dict[str, str]:
+def source_config(server: PostgresServer, table: str, batch_rows: int | None) -> dict[str, str]:
+    batch = {} if batch_rows is None else {"batch.max.rows": str(batch_rows)}
     return {
         "connector.class": SOURCE, "mode": "incrementing", "incrementing.column.name": "id",
         "table.whitelist": table, "topic.prefix": "bench-", "poll.interval.ms": "100",
-        "batch.max.rows": str(batch_rows),
-        **connection(server),
+        **batch, **connection(server),
     }  # fmt: skip
+
+
+def default_batch_rows() -> int:
+    """The JdbcSource's own ``batch.max.rows``."""
+    from herder.connectors.jdbc.source import BATCH_MAX_ROWS, JdbcSourceConnector
+
+    return int(JdbcSourceConnector().config_def().keys[BATCH_MAX_ROWS].default)
 
 
 def sink_config(server: PostgresServer, topic: str, table: str) -> dict[str, str]:
@@ -227,7 +235,7 @@ def failed(herder: Herder, names: Sequence[str]) -> None:
 
 
 def herder_run(
-    herder: Herder, server: PostgresServer, run: int, records: int, batch_rows: int
+    herder: Herder, server: PostgresServer, run: int, records: int, batch_rows: int | None
 ) -> dict[str, Any]:
     """One copy, then one source alone and one sink alone; seconds and checks."""
     copy_src, copy_dst = f"copy_src_{run}", f"copy_dst_{run}"
@@ -334,7 +342,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "columns": COLUMNS,
         # the JdbcSource's batch.max.rows: how many batches (Spark jobs and commits) it
         # reads the table in
-        "batch_max_rows": args.batch_rows,
+        "batch_max_rows": default_batch_rows() if args.batch_rows is None else args.batch_rows,
         "spark": spark,
         "herder": herder,
     }
@@ -354,7 +362,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--tmp-dir", default=None)
     parser.add_argument("--pretty", action="store_true")
-    parser.add_argument("--batch-rows", type=int, default=250_000)
+    parser.add_argument(
+        "--batch-rows", type=int, default=None, help="the JdbcSource's batch.max.rows"
+    )
     parser.add_argument("--keep-work-dir", action="store_true")
     parser.add_argument("--worker-log-level", default="INFO")
     return parser.parse_args(argv)
