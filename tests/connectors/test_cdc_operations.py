@@ -4,6 +4,7 @@ while it is snapshotted, and a connection the server terminates mid-stream."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import threading
 import time
@@ -324,6 +325,20 @@ def test_the_lag_measured_while_the_task_streams_never_takes_the_slot_from_it(
     assert any(m.get("bytes", 0) > 0 for m in measured), "no measure saw a backlog"
 
 
+class ReleaseOnRetry(logging.Handler):
+    """Ends the process holding the slot when the task logs that it will try again."""
+
+    def __init__(self, holder: subprocess.Popen[bytes]) -> None:
+        super().__init__()
+        self.holder = holder
+        self.retries = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "held by another session" in record.getMessage():
+            self.retries += 1
+            self.holder.terminate()
+
+
 def test_a_slot_another_session_holds_is_waited_for_then_named(
     spark: SparkRuntime, logical_postgres: PostgresServer, logical_database: str
 ) -> None:
@@ -366,14 +381,17 @@ def test_a_slot_another_session_holds_is_waited_for_then_named(
         logical_postgres.execute("INSERT INTO t VALUES (1)", db)
         flushed_past_now(logical_postgres, logical_database)
         holder = hold_slot()
-        # let go of it while the task waits: the poll gets the change
-        release = threading.Timer(1.2, holder.terminate)
-        release.start()
+        # let go of it once the task says it waits for it: the poll then gets the change
+        waited = ReleaseOnRetry(holder)
+        slot_log = logging.getLogger("herder.connectors.cdc.slot")
+        slot_log.addHandler(waited)
         try:
             events = poll_until(task, offsets, 1)
         finally:
-            release.join()
+            slot_log.removeHandler(waited)
+            holder.terminate()
             holder.wait(timeout=30)
+        assert waited.retries >= 1
         assert ids(events, "c") == [1]
         logical_postgres.execute("INSERT INTO t VALUES (2)", db)
         flushed_past_now(logical_postgres, logical_database)

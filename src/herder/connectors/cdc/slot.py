@@ -90,7 +90,8 @@ class Slot:
 
     def _run(self, sql: str, fetch: Callable[[Any], T]) -> T:
         """:meth:`_run_once`, again while another session holds the slot (bounded)."""
-        for attempt in range(self.busy_retries + 1):
+        attempt = 0
+        while True:
             try:
                 return self._run_once(sql, fetch)
             except Exception as exc:
@@ -104,18 +105,18 @@ class Slot:
                         " pg_stat_replication, or pg_replication_slots.active_pid), or give"
                         " this connector a slot of its own (slot.name)"
                     ) from exc
+                attempt += 1
                 log.warning(
                     "replication slot %s is held by another session (%s); trying again in"
                     " %g s (%d of %d)",
                     self.name,
                     first_line(exc),
                     self.busy_delay,
-                    attempt + 1,
+                    attempt,
                     self.busy_retries,
                 )
                 if self._closed.wait(self.busy_delay):
                     raise
-        raise AssertionError("unreachable")
 
     def _run_once(self, sql: str, fetch: Callable[[Any], T]) -> T:
         """Run ``sql`` and ``fetch`` its result; once more on a new connection if the
@@ -289,8 +290,8 @@ class Slot:
         )
         try:
             table = self._run(sql, lambda cursor: cursor.fetch_arrow_table())
-        except SetupError:
-            raise
+        except DatabaseError:
+            raise  # says all already: the slot held too long, or no connection again
         except Exception as exc:
             text = first_line(exc)
             if "does not exist" in text and "publication" in text:

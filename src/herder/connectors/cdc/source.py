@@ -737,21 +737,13 @@ class PostgresCdcSourceTask(SourceTask):
             self._drop_slot(slot)
 
     def _drop_slot(self, slot: Slot) -> None:
-        """Drop the slot once no session holds it (the poll's may take a moment to end)."""
-        dropper = Slot(self.database, slot.name, slot.publication, busy_retries=0)
+        """Drop the slot once no session holds it (the poll's may take a moment to
+        end: the drop is tried again, every 0.1 s for up to 10 s)."""
+        dropper = Slot(self.database, slot.name, slot.publication, busy_retries=100,
+                       busy_delay=0.1)  # fmt: skip
         try:
-            deadline = time.monotonic() + 10
-            while True:
-                active = dropper.value(
-                    "SELECT active FROM pg_replication_slots"
-                    f" WHERE slot_name = {literal(slot.name)}"
-                )
-                if active is None:
-                    return
-                if not active or time.monotonic() >= deadline:
-                    dropper.drop()
-                    return
-                time.sleep(0.1)
+            if dropper.state().exists:
+                dropper.drop()
         finally:
             dropper.close()
 
