@@ -113,3 +113,65 @@ async def deliver_two_of_eight(executions: TaskExecutions) -> None:
     followed = {partition for name, _, partition in run.topics._states if name == TOPIC}
     assert followed == {tp.partition for tp in ASSIGNED}
     assert run.positions == dict.fromkeys(ASSIGNED, PER_PARTITION)
+
+
+class CollectingArrow(Collecting):
+    """A Collecting task that takes small deliveries as Arrow tables (the trickle path)."""
+
+    def accepts_arrow(self) -> bool:
+        return True
+
+    def put_arrow(self, table: Any) -> None:
+        self.delivered += list(
+            zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True)
+        )
+
+
+@pytest.mark.timeout(180)
+async def test_a_big_file_behind_a_steady_trickle_is_delivered(
+    tmp_path: Path, ensemble: ServerHandle
+) -> None:
+    """Small files keep arriving in partition 0; partition 1 holds a file bigger than
+    the trickle path takes. Deliveries of small files take only what fits, so the big
+    file waits, but each delivery starts at the next partition: it is first in one of
+    the next, and goes through Spark, instead of waiting behind partition 0 for ever."""
+    executions = TaskExecutions(
+        WorkerConfig.from_properties(
+            {
+                "group.id": "g",
+                "bootstrap.servers": ensemble.bootstrap,
+                "storage.root": str(tmp_path / "data"),
+                "dataplane.spark.warmup": "false",
+                "dataplane.trickle.max.records": "10",
+                **TEST_SPARK_CONF,
+            }
+        )
+    )
+    await executions.open()
+    try:
+        task = CollectingArrow()
+        run = executions(ConnectorTaskId("c", 0), task, {"topics": "two"}, {"connector.class": "x"})
+        assert isinstance(run, SinkExecution)
+        topics = run.topics
+        await topics.create("two", 2)
+        writer = SegmentWriter(topics, run.runtime.spark, task="filler-0", epoch=1)
+
+        async def commit(partition: int, count: int) -> None:
+            records = [SourceRecord({}, {}, "two", f"{partition}", partition=partition)] * count
+            await topics.commit(await writer.stage(records))
+
+        await commit(1, 50)
+        run.member = Member()  # type: ignore[assignment]
+        run._generation = Generation(1, "m", "m", "range")
+        run._accepts_arrow = True
+        tps = [TopicPartition("two", p) for p in range(2)]
+        run.positions = dict.fromkeys(tps, 0)
+        for _ in range(4):
+            await commit(0, 5)
+            assert await run._deliver_batch(1000)
+            if run.positions[tps[1]] == 50:
+                break
+        assert run.positions[tps[1]] == 50, f"partition 1 waited: {run.positions}"
+        assert sorted(o for p, o in task.delivered if p == 1) == list(range(50))
+    finally:
+        await executions.close()
