@@ -321,14 +321,17 @@ def test_200k_lines_arrive_identical_at_two_sinks(cluster: Cluster, tmp_path: Pa
 # -- 2. kill -9 of the worker running the tasks ----------------------------------------------
 
 
-def numbers_pipeline(cluster: Cluster, tmp_path: Path) -> tuple[Path, LineWriter]:
-    """numbers.txt → topic numbers → numbers-out.txt, with lines being appended."""
+def numbers_pipeline(
+    cluster: Cluster, tmp_path: Path, source: Mapping[str, str] | None = None
+) -> tuple[Path, LineWriter]:
+    """numbers.txt → topic numbers → numbers-out.txt, with lines being appended
+    (``source``: settings of the source connector's config to override)."""
     input_file, output = tmp_path / "numbers.txt", tmp_path / "numbers-out.txt"
     input_file.touch()
     # sink first: its task starts no Spark job until there are records, so the
     # rebalances that creating the source causes stop it at once
     cluster.create("numbers-sink", sink_config(output, "numbers"))
-    cluster.create("numbers-source", source_config(input_file, "numbers"))
+    cluster.create("numbers-source", source_config(input_file, "numbers") | dict(source or {}))
     writer = LineWriter(input_file)
     writer.start()
     return output, writer
@@ -432,11 +435,40 @@ def log_of(worker: Worker) -> str:
     return worker.proc.output()
 
 
-def stop_until_moved(cluster: Cluster, name: str, output: Path, reach: Callable[[], int]) -> Worker:
-    """SIGSTOP the worker running ``name``'s task until that task is RUNNING on the
-    other worker and ``output`` holds more lines than the stopped one could have got
-    there (``reach()``, taken once it is stopped); return it, still stopped."""
+#: the source's connector class in the zombie test: its task can be held with a batch in
+#: hand (see the fixture), so the zombie resumes with a commit still to make
+GATED_SOURCE = "tests.fixtures.connectors.GatedFileStreamSourceConnector"
+
+
+def hold_a_batch(worker: Worker, gates: Path) -> None:
+    """Have the task of the gated source on ``worker`` hold the next batch it polls
+    until :func:`release_batch`; return once it does."""
+    (gates / f"hold-{worker.proc.pid}").touch()
+    wait_until(
+        lambda: (gates / f"held-{worker.proc.pid}").exists(),
+        timeout=60,
+        interval=0.05,
+        what="the source task to hold a batch it polled",
+    )
+
+
+def release_batch(worker: Worker, gates: Path) -> None:
+    (gates / f"hold-{worker.proc.pid}").unlink()
+
+
+def stop_until_moved(
+    cluster: Cluster,
+    name: str,
+    output: Path,
+    reach: Callable[[], int],
+    before: Callable[[Worker], None] = lambda _: None,
+) -> Worker:
+    """SIGSTOP the worker running ``name``'s task (after ``before(worker)``) until that
+    task is RUNNING on the other worker and ``output`` holds more lines than the
+    stopped one could have got there (``reach()``, taken once it is stopped); return
+    it, still stopped."""
     zombie = wait_for_owner(cluster, name)
+    before(zombie)
     cluster.freeze(zombie)
     beyond = reach()
     other = cluster.answering()
@@ -459,16 +491,26 @@ def test_a_resumed_zombie_is_fenced(cluster: Cluster, tmp_path: Path, sink_too: 
     started = time.monotonic()
     cluster.start_worker()
     cluster.start_worker()
-    output, writer = numbers_pipeline(cluster, tmp_path)
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    output, writer = numbers_pipeline(
+        cluster, tmp_path, {"connector.class": GATED_SOURCE, "gate.dir": str(gates)}
+    )
     try:
         wait_for_lines(output, 2_000)
 
-        # Source: stopped while it polls and stages; its task runs on the other worker
-        # and commits lines that were not in the file yet when it stopped.
-        # (the file may hold one more tick of lines than ``written`` says yet)
+        # Source: stopped with a batch polled and not committed (held for that, then
+        # let go while it is stopped); its task runs on the other worker and commits
+        # lines that were not in the file yet when it stopped. (the file may hold one
+        # more tick of lines than ``written`` says yet)
         zombie = stop_until_moved(
-            cluster, "numbers-source", output, lambda: writer.written + writer.per_tick
+            cluster,
+            "numbers-source",
+            output,
+            lambda: writer.written + writer.per_tick,
+            before=lambda worker: hold_a_batch(worker, gates),
         )
+        release_batch(zombie, gates)
         cluster.thaw(zombie)
         wait_until(
             lambda: SOURCE_FENCED.search(log_of(zombie)),
