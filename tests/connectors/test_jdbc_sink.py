@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from decimal import Decimal
 from typing import Any
 
@@ -13,10 +14,12 @@ import pytest
 
 from herder.connect import TopicPartition
 from herder.connectors.jdbc import JdbcSinkConnector
-from herder.connectors.jdbc.postgres import DatabaseError
+from herder.connectors.jdbc.postgres import DatabaseError, TableId
+from herder.connectors.jdbc.sink import plain_insert_check
 from herder.dataplane import SparkRuntime
 from tests.connectors.jdbc import credentials, sink_task
 from tests.fixtures.postgres import PostgresServer
+from tests.harness import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -170,6 +173,87 @@ def test_upsert_and_delete_by_record_key(
         dbname(database),
     )
     assert primary == [("id",)]
+
+
+def test_an_upsert_inserts_plainly_only_keys_that_cannot_be_in_the_table(
+    postgres: PostgresServer, database: str
+) -> None:
+    """The check that lets an upsert skip ON CONFLICT's speculative insertions."""
+    db = dbname(database)
+    postgres.execute(
+        "CREATE TABLE keyed (id bigint PRIMARY KEY, note text);"
+        " CREATE TABLE unkeyed (id bigint, note text);"
+        ' CREATE TABLE pair ("B" int, a int, note text, PRIMARY KEY (a, "B"));'
+        ' CREATE TABLE stage (id bigint, a int, "B" int, note text)',
+        db,
+    )
+
+    def apart(table: str, keys: list[str], target: list[int], staged: list[int]) -> bool:
+        postgres.execute(f"TRUNCATE {table}, stage", db)
+        for k in target:
+            columns = '(a, "B")' if table == "pair" else "(id)"
+            values = f"({k}, {k})" if table == "pair" else f"({k})"
+            postgres.execute(f"INSERT INTO {table} {columns} VALUES {values}", db)
+        for k in staged:
+            postgres.execute(f"INSERT INTO stage VALUES ({k}, {k}, {k}, '{k}')", db)
+        sql = plain_insert_check(TableId("public", table).sql, "stage", keys)
+        return bool(postgres.execute(sql, db)[0][0])
+
+    assert apart("keyed", ["id"], [], [1, 2, 3])  # a first load
+    assert apart("keyed", ["id"], [1, 2, 3], [4, 5])  # keys that only grow
+    assert apart("keyed", ["id"], [10, 20], [1, 5])  # below the table's
+    assert not apart("keyed", ["id"], [1, 5], [3])  # between its keys: maybe there
+    assert not apart("keyed", ["id"], [1, 2, 3], [3, 4])
+    # no unique index for ON CONFLICT: the upsert fails, and so must the plain insert
+    assert not apart("unkeyed", ["id"], [], [1])
+    assert not apart("keyed", ["note"], [], [1])
+    # a key of several columns: only an empty table is apart
+    assert apart("pair", ["B", "a"], [], [1])
+    assert not apart("pair", ["B", "a"], [5], [1])
+
+
+def test_an_upsert_whose_key_another_writer_inserts_meanwhile_upserts_it(
+    spark: SparkRuntime,
+    postgres: PostgresServer,
+    database: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The check finds the table empty, but another transaction inserts one of the
+    keys before the plain insert reaches it: the insert is rolled back to its savepoint
+    and the rows upserted, in the same transaction as the offsets."""
+    import psycopg
+
+    db = dbname(database)
+    settings = config(database, insert_mode="upsert", pk_mode="record_key", auto_create="true")
+    task, _ = sink_task(settings, [TP])
+    other = psycopg.connect(postgres.dsn(db))
+    caplog.set_level(logging.DEBUG, logger="herder.connectors.jdbc.sink")
+    try:
+        put(task, records(spark, [(0, {"id": 0}, order(0))]), 1)
+        assert "moved by insert" in caplog.text  # into an empty table
+        postgres.execute("DELETE FROM orders", db)
+        task.put(records(spark, [(i, {"id": i}, order(i, "staged")) for i in range(1, 101)]))
+        # uncommitted: the check does not see it, the plain insert waits for it
+        other.execute("INSERT INTO orders (id, note) VALUES (50, 'the other writer')")
+        committed = threading.Thread(target=lambda: task.pre_commit({TP: 101}))
+        committed.start()
+        wait_until(
+            lambda: postgres.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                f" AND datname = '{db}'"
+            )[0][0],
+            what="the plain insert to wait for the other writer's row",
+        )
+        other.commit()
+        committed.join(timeout=60)
+        assert not committed.is_alive()
+    finally:
+        other.close()
+        task.stop()
+    assert "moved by upsert after a conflict" in caplog.text
+    assert postgres.execute("SELECT count(*), min(id), max(id) FROM orders", db) == [(100, 1, 100)]
+    assert postgres.execute("SELECT note FROM orders WHERE id = 50", db) == [("staged",)]
+    assert postgres.execute("SELECT next_offset FROM herder_sink_offsets", db) == [(101,)]
 
 
 def test_kafka_coordinates_as_the_primary_key(

@@ -16,7 +16,8 @@ created from the records' schema, with ``auto.evolve`` a field the table lacks b
 through PostgreSQL's binary COPY (ADBC's bulk ingest), into a staging table of its
 own (unlogged, dropped once used). Then, when the runtime commits offsets
 (:meth:`JdbcSinkTask.pre_commit`), one database transaction moves the staged rows into
-the table — inserted, upserted (``INSERT … ON CONFLICT``), updated, or deleted for a
+the table — inserted, upserted (``INSERT … ON CONFLICT``, or a plain ``INSERT`` where
+no staged key can be in the table yet: :class:`Optimistic`), updated, or deleted for a
 tombstone with ``delete.enabled`` — and records in the table ``herder_sink_offsets``
 how far each topic partition has been written. Rows at offsets the table already holds
 are skipped, so a batch delivered again (after a crash, or by a zombie task whose
@@ -89,6 +90,37 @@ _LOCATION = ["__topic", "__partition", "__offset", "__deleted"]
 MOVE_WORK_MEM = "256MB"
 #: Set on rows whose records have a schema the batch was not planned for.
 _UNEXPECTED = "__unexpected"
+
+
+@dataclass(frozen=True)
+class Optimistic:
+    """An upsert that is a plain ``INSERT`` when ``check`` (a query of one boolean) says
+    no staged key can be in the table yet: the table is empty, or its keys' range and
+    the staged keys' are apart. PostgreSQL's ``ON CONFLICT`` tries each row as a
+    speculative insertion, which doubles the cost of moving rows into a table they are
+    new to (a first load, keys that only grow). Should a row's key be there after all
+    (a writer of its own inserted it meanwhile), the plain insert fails on it, is rolled
+    back (a PL/pgSQL exception block: a subtransaction, on the server) and the upsert
+    runs instead, in the same transaction. Which of the three happened is left in the
+    transaction's setting ``herder.move``."""
+
+    check: str
+    plain: str
+    upsert: str
+
+    def sql(self) -> str:
+        body = (
+            f"BEGIN IF ({self.check}) THEN"
+            f" BEGIN {self.plain}; PERFORM set_config('herder.move', 'insert', true);"
+            " EXCEPTION WHEN unique_violation THEN"
+            f" {self.upsert}; PERFORM set_config('herder.move', 'upsert after a conflict', true);"
+            f" END; ELSE {self.upsert}; PERFORM set_config('herder.move', 'upsert', true);"
+            " END IF; END"
+        )
+        tag = "$herder_move$"
+        if tag in body:  # a name that holds the quote's tag: the upsert alone
+            return self.upsert
+        return f"DO {tag} {body} {tag}"
 
 
 class JdbcSinkConnector(SinkConnector):
@@ -267,16 +299,25 @@ class JdbcSinkTask(SinkTask):
 
     # -- database helpers ------------------------------------------------------------
 
-    def _execute(self, *statements: str, what: str) -> None:
+    def _execute(self, *statements: str | Optimistic, what: str) -> None:
         """``statements`` in one transaction on the task's connection."""
         try:
             with self.conn.cursor() as cursor:
                 for sql in statements:
-                    cursor.execute(sql)
+                    if isinstance(sql, Optimistic):
+                        self._upsert(cursor, sql)
+                    else:
+                        cursor.execute(sql)
             self.conn.commit()
         except Exception as exc:
             self._rollback()
             raise DatabaseError(f"{what}: {first_line(exc)}") from exc
+
+    def _upsert(self, cursor: Any, upsert: Optimistic) -> None:
+        cursor.execute(upsert.sql())
+        if log.isEnabledFor(logging.DEBUG):
+            cursor.execute("SELECT current_setting('herder.move', true)")
+            log.debug("JdbcSink %s: moved by %s", self.connector, cursor.fetchone()[0])
 
     def _query(self, sql: str, what: str) -> list[tuple[Any, ...]]:
         try:
@@ -697,7 +738,9 @@ class JdbcSinkTask(SinkTask):
         offsets_sql = self.offsets_table.sql
         me = literal(self.connector)
         # a batch's rows are sorted by key to keep the latest of each: in memory, not on disk
-        statements = [f"SET LOCAL work_mem = '{MOVE_WORK_MEM}'"] if pending else []
+        statements: list[str | Optimistic] = (
+            [f"SET LOCAL work_mem = '{MOVE_WORK_MEM}'"] if pending else []
+        )
         if offsets:
             values = ", ".join(
                 f"({me}, {literal(tp.topic)}, {tp.partition}, 0)" for tp in sorted(offsets)
@@ -733,7 +776,7 @@ class JdbcSinkTask(SinkTask):
             )
         return offsets
 
-    def _apply(self, staged: _Staged) -> list[str]:
+    def _apply(self, staged: _Staged) -> list[str | Optimistic]:
         """SQL that moves a staging table's new rows into its table."""
         me = literal(self.connector)
         columns = ", ".join(quote(c) for c in staged.columns)
@@ -752,7 +795,7 @@ class JdbcSinkTask(SinkTask):
             f" ORDER BY {keys}, f.__topic, f.__partition, f.__offset DESC"
         )
         match = " AND ".join(f"t.{quote(k)} = l.{quote(k)}" for k in staged.keys)
-        statements = []
+        statements: list[str | Optimistic] = []
         if self.settings[DELETE_ENABLED]:
             statements.append(
                 f"DELETE FROM {target} t USING ({latest}) l WHERE l.__deleted AND {match}"
@@ -777,9 +820,16 @@ class JdbcSinkTask(SinkTask):
             if others
             else "DO NOTHING"
         )
-        statements.append(
+        insert = (
             f"INSERT INTO {target} ({columns}) SELECT {columns} FROM ({latest}) l"
-            f" WHERE NOT l.__deleted ON CONFLICT ({keys}) {conflict}"
+            " WHERE NOT l.__deleted"
+        )
+        statements.append(
+            Optimistic(
+                plain_insert_check(target, staged.stage.sql, staged.keys),
+                insert,
+                f"{insert} ON CONFLICT ({keys}) {conflict}",
+            )
         )
         return statements
 
@@ -795,6 +845,30 @@ class JdbcSinkTask(SinkTask):
             conn.close()
         except Exception:
             log.debug("JdbcSink %s: close failed", self.connector, exc_info=True)
+
+
+def plain_insert_check(target: str, stage: str, keys: Sequence[str]) -> str:
+    """A query whether a plain insert of ``stage``'s rows into ``target`` does what an
+    upsert on ``keys`` would: ``target`` has the unique index the upsert's ``ON CONFLICT
+    (keys)`` needs (without one the upsert fails, and so must this), and no key staged
+    can be in it: it is empty, or (one key column) the staged keys' range and its own
+    do not meet. The target's range comes from that index, at once."""
+    columns = ", ".join(literal(k) for k in sorted(keys))
+    indexed = (
+        f"EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = {literal(target)}::regclass"
+        " AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL"
+        ' AND (SELECT array_agg(a.attname::text ORDER BY a.attname::text COLLATE "C")'
+        " FROM pg_attribute a WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey))"
+        f" = ARRAY[{columns}]::text[])"
+    )
+    if len(keys) != 1:
+        return f"SELECT {indexed} AND NOT EXISTS (SELECT 1 FROM {target})"
+    key = quote(keys[0])
+    return (
+        f"SELECT {indexed} AND (t.hi IS NULL OR s.lo > t.hi OR s.hi < t.lo)"
+        f" FROM (SELECT min({key}) AS lo, max({key}) AS hi FROM {target}) t,"
+        f" (SELECT min({key}) AS lo, max({key}) AS hi FROM {stage}) s"
+    )
 
 
 #: Column types each of which holds every value of those before it.
