@@ -212,6 +212,43 @@ def test_an_upsert_inserts_plainly_only_keys_that_cannot_be_in_the_table(
     assert not apart("pair", ["B", "a"], [5], [1])
 
 
+@pytest.mark.parametrize("deletes", [False, True], ids=["no deletes", "delete.enabled"])
+def test_an_upsert_into_an_empty_table_keeps_each_keys_latest_record(
+    spark: SparkRuntime,
+    postgres: PostgresServer,
+    database: str,
+    caplog: pytest.LogCaptureFixture,
+    deletes: bool,
+) -> None:
+    """A key staged twice (a plain insert of every row would fail on it) and, with
+    deletes, a key inserted then deleted in the same batch (one that must not be
+    inserted at all)."""
+    settings = config(
+        database, insert_mode="upsert", pk_mode="record_key", auto_create="true",
+        delete_enabled=str(deletes).lower(),
+    )  # fmt: skip
+    task, _ = sink_task(settings, [TP])
+    caplog.set_level(logging.DEBUG, logger="herder.connectors.jdbc.sink")
+    batch = [
+        (0, {"id": 1}, order(1, "first")),
+        (1, {"id": 2}, order(2)),
+        (2, {"id": 1}, order(1, "latest")),
+        (3, {"id": 3}, order(3)),
+        (4, {"id": 3}, None),  # a tombstone: a delete with delete.enabled, else skipped
+    ]
+    try:
+        put(task, records(spark, batch), 5)
+    finally:
+        task.stop()
+    remaining = [(1, "latest"), (2, "order 2")] + ([] if deletes else [(3, "order 3")])
+    assert postgres.execute("SELECT id, note FROM orders ORDER BY id", dbname(database)) == (
+        remaining
+    )
+    # without deletes the plain insert takes every row and fails on key 1; with them it
+    # takes each key's latest and succeeds
+    assert ("moved by insert" if deletes else "moved by upsert after a conflict") in caplog.text
+
+
 def test_an_upsert_whose_key_another_writer_inserts_meanwhile_upserts_it(
     spark: SparkRuntime,
     postgres: PostgresServer,

@@ -820,16 +820,21 @@ class JdbcSinkTask(SinkTask):
             if others
             else "DO NOTHING"
         )
-        insert = (
+        upsert = (
             f"INSERT INTO {target} ({columns}) SELECT {columns} FROM ({latest}) l"
+            f" WHERE NOT l.__deleted ON CONFLICT ({keys}) {conflict}"
+        )
+        # Without deletes, the plain insert need not keep each key's latest: a key staged
+        # twice fails it as a key already in the table does, and the upsert then keeps
+        # the latest. (A key inserted, then deleted, must not be inserted: with deletes
+        # the latest of each key decides.)
+        rows = fresh if not self.settings[DELETE_ENABLED] else latest
+        plain = (
+            f"INSERT INTO {target} ({columns}) SELECT {columns} FROM ({rows}) l"
             " WHERE NOT l.__deleted"
         )
         statements.append(
-            Optimistic(
-                plain_insert_check(target, staged.stage.sql, staged.keys),
-                insert,
-                f"{insert} ON CONFLICT ({keys}) {conflict}",
-            )
+            Optimistic(plain_insert_check(target, staged.stage.sql, staged.keys), plain, upsert)
         )
         return statements
 
