@@ -439,6 +439,21 @@ class _TableReader:
                     f"({self._ts}, {inc}) > ({last}, {int(self.offset[INCREMENTING])})"
                 )
         window = " AND ".join(conditions) or "TRUE"
+        if mode == INCREMENTING and self.split_column == self.plan.incrementing:
+            # one pass over the key's index gives the batch's end (its last key), whether
+            # it is full, and its size and bounds for the pieces
+            limit = self.plan.max_rows
+            stats = self._one(
+                conn,
+                f"SELECT count(*), min(k), max(k) FROM (SELECT {inc} AS k FROM ({self.base})"
+                f" AS q WHERE {window} AND {inc} IS NOT NULL ORDER BY {inc} LIMIT {limit}) AS c",
+            )
+            assert stats is not None
+            rows, low, high = int(stats[0]), stats[1], stats[2]
+            if rows == 0:
+                return None
+            window += f" AND {inc} <= {int(high)}"
+            return _Window(window, {INCREMENTING: int(high)}, rows, low, high, rows == limit)
         order = {
             INCREMENTING: [inc],
             TIMESTAMP: [self._ts],
