@@ -182,9 +182,10 @@ class JdbcSourceConnector(SourceConnector):
             .define(PARALLEL_MIN_ROWS, Type.LONG, default=100_000, validator=Range.at_least(1),
                     importance=Importance.LOW,
                     documentation="Batches of more rows are read in parallel by key ranges.")
-            .define(PARALLEL_SPLIT_ROWS, Type.LONG, default=250_000,
+            .define(PARALLEL_SPLIT_ROWS, Type.LONG, default=500_000,
                     validator=Range.at_least(1), importance=Importance.LOW,
-                    documentation="About how many rows each parallel read takes.")
+                    documentation="About how many rows each parallel read takes (fewer when"
+                    " that gives every core the same share).")
         )  # fmt: skip
 
     def validate(self, config: Mapping[str, str]) -> dict[str, ConfigValue]:
