@@ -249,6 +249,34 @@ def test_an_upsert_into_an_empty_table_keeps_each_keys_latest_record(
     assert ("moved by insert" if deletes else "moved by upsert after a conflict") in caplog.text
 
 
+def test_an_upsert_into_a_database_without_plpgsql_uses_on_conflict(
+    spark: SparkRuntime,
+    postgres: PostgresServer,
+    database: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    db = dbname(database)
+    postgres.execute("DROP EXTENSION plpgsql", db)
+    settings = config(database, insert_mode="upsert", pk_mode="record_key", auto_create="true")
+    task, _ = sink_task(settings, [TP])
+    caplog.set_level(logging.INFO, logger="herder.connectors.jdbc.sink")
+    try:
+        put(task, records(spark, [(i, {"id": i}, order(i)) for i in range(3)]), 3)
+        put(
+            task, records(spark, [(3, {"id": 1}, order(1, "changed")), (4, {"id": 7}, order(7))]), 5
+        )
+    finally:
+        task.stop()
+    assert "PL/pgSQL is not installed" in caplog.text
+    assert postgres.execute("SELECT id, note FROM orders ORDER BY id", db) == [
+        (0, "order 0"),
+        (1, "changed"),
+        (2, "order 2"),
+        (7, "order 7"),
+    ]
+    assert postgres.execute("SELECT next_offset FROM herder_sink_offsets", db) == [(5,)]
+
+
 def test_an_upsert_whose_key_another_writer_inserts_meanwhile_upserts_it(
     spark: SparkRuntime,
     postgres: PostgresServer,

@@ -288,6 +288,9 @@ class JdbcSinkTask(SinkTask):
         self.pending: list[_Staged] = []
         #: the schemas the last batch was staged with
         self._expected: _Schemas | None = None
+        #: whether an upsert may try a plain insert first (:class:`Optimistic`): not in a
+        #: database without PL/pgSQL, which its exception block needs
+        self._optimistic = True
         self.conn = connect_with_retries(self.database, self.settings)
         self._execute(
             f"CREATE TABLE IF NOT EXISTS {self.offsets_table.sql} (connector text NOT NULL,"
@@ -311,9 +314,28 @@ class JdbcSinkTask(SinkTask):
             self.conn.commit()
         except Exception as exc:
             self._rollback()
+            if (
+                self._optimistic
+                and 'language "plpgsql" does not exist' in str(exc)
+                and any(isinstance(s, Optimistic) for s in statements)
+            ):
+                log.info(
+                    "JdbcSink %s: PL/pgSQL is not installed in %s, so upserts into %s always"
+                    " use ON CONFLICT (CREATE EXTENSION plpgsql lets them insert new keys"
+                    " plainly, at half the cost)",
+                    self.connector,
+                    self.database.where(),
+                    what,
+                )
+                self._optimistic = False
+                self._execute(*statements, what=what)
+                return
             raise DatabaseError(f"{what}: {first_line(exc)}") from exc
 
     def _upsert(self, cursor: Any, upsert: Optimistic) -> None:
+        if not self._optimistic:
+            cursor.execute(upsert.upsert)
+            return
         cursor.execute(upsert.sql())
         if log.isEnabledFor(logging.DEBUG):
             cursor.execute("SELECT current_setting('herder.move', true)")
