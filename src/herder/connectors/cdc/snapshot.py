@@ -106,9 +106,12 @@ def plan_chunk(
     chunk_rows: int,
     split_rows: int,
     until: int | None = None,
+    parallelism: int | None = None,
 ) -> Chunk | None:
     """The next chunk of ``shape``'s table past key ``after`` and up to key ``until``
-    (see :class:`SnapshotProgress`), or None when it is done.
+    (see :class:`SnapshotProgress`), or None when it is done: in pieces of about
+    ``split_rows`` rows, a multiple of ``parallelism`` (Spark's cores) of them, so that
+    every core reads a share of each chunk.
 
     ``query(sql)`` runs a query and returns its first row.
     """
@@ -132,7 +135,7 @@ def plan_chunk(
     low, high = int(low), int(high)
     pieces = tuple(
         f"{key} >= {start} AND {key} < {end}"
-        for start, end in key_ranges(low, high, piece_count(rows, split_rows, None))
+        for start, end in key_ranges(low, high, piece_count(rows, split_rows, parallelism))
     )
     # the last chunk of a table runs to its end: rows inserted past it come by the stream
     last = high if rows == chunk_rows and (until is None or high < until) else None

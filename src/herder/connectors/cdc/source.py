@@ -600,7 +600,8 @@ class PostgresCdcSourceTask(SourceTask):
         from herder.dataplane.spark import spark_runtime
 
         self._release_snapshot()
-        session = spark_runtime().session
+        runtime = spark_runtime()
+        session = runtime.session
         table = TableId.parse(progress.tables[0])
         # the table's columns, its bounds and its rows, all as one snapshot sees them
         self._exported = ExportedSnapshot(self.database)
@@ -612,8 +613,9 @@ class PostgresCdcSourceTask(SourceTask):
             if progress.after is None:
                 until = snapshot_end(query, shape)
             chunk = plan_chunk(
-                query, shape, progress.after, self.chunk_rows, self.split_rows, until
-            )
+                query, shape, progress.after, self.chunk_rows, self.split_rows, until,
+                runtime.parallelism,
+            )  # fmt: skip
         if shape is None or chunk is None:
             self._release_snapshot()
             self.snapshot = progress.chunk_done(None)
