@@ -238,15 +238,22 @@ def test_an_upsert_into_an_empty_table_keeps_each_keys_latest_record(
     ]
     try:
         put(task, records(spark, batch), 5)
+        # without deletes the plain insert takes every row and fails on key 1; with them
+        # it takes each key's latest and succeeds
+        first = "moved by insert" if deletes else "moved by upsert after a conflict"
+        assert first in caplog.text
+        caplog.clear()
+        # more new keys, one repeated: this table's batches repeat keys, so the plain
+        # insert now takes each key's latest, and succeeds
+        again = [(5, {"id": 10}, order(10)), (6, {"id": 10}, order(10, "again"))]
+        put(task, records(spark, again), 7)
+        assert "moved by insert" in caplog.text
     finally:
         task.stop()
     remaining = [(1, "latest"), (2, "order 2")] + ([] if deletes else [(3, "order 3")])
     assert postgres.execute("SELECT id, note FROM orders ORDER BY id", dbname(database)) == (
-        remaining
+        [*remaining, (10, "again")]
     )
-    # without deletes the plain insert takes every row and fails on key 1; with them it
-    # takes each key's latest and succeeds
-    assert ("moved by insert" if deletes else "moved by upsert after a conflict") in caplog.text
 
 
 def test_an_upsert_into_a_database_without_plpgsql_uses_on_conflict(

@@ -107,6 +107,8 @@ class Optimistic:
     check: str
     plain: str
     upsert: str
+    #: the table moved into (whose batches turned out to repeat keys, see ``_repeating``)
+    table: str = ""
 
     def sql(self) -> str:
         body = (
@@ -291,6 +293,9 @@ class JdbcSinkTask(SinkTask):
         #: whether an upsert may try a plain insert first (:class:`Optimistic`): not in a
         #: database without PL/pgSQL, which its exception block needs
         self._optimistic = True
+        #: tables a plain insert of whose staged rows as they were failed: their batches
+        #: repeat keys, so their plain inserts take each key's latest row
+        self._repeating: set[str] = set()
         self.conn = connect_with_retries(self.database, self.settings)
         self._execute(
             f"CREATE TABLE IF NOT EXISTS {self.offsets_table.sql} (connector text NOT NULL,"
@@ -337,9 +342,12 @@ class JdbcSinkTask(SinkTask):
             cursor.execute(upsert.upsert)
             return
         cursor.execute(upsert.sql())
-        if log.isEnabledFor(logging.DEBUG):
-            cursor.execute("SELECT current_setting('herder.move', true)")
-            log.debug("JdbcSink %s: moved by %s", self.connector, cursor.fetchone()[0])
+        cursor.execute("SELECT current_setting('herder.move', true)")
+        row = cursor.fetchone()
+        moved = row[0] if row else None
+        if moved == "upsert after a conflict":
+            self._repeating.add(upsert.table)
+        log.debug("JdbcSink %s: moved by %s", self.connector, moved)
 
     def _query(self, sql: str, what: str) -> list[tuple[Any, ...]]:
         try:
@@ -850,14 +858,17 @@ class JdbcSinkTask(SinkTask):
         # twice fails it as a key already in the table does, and the upsert then keeps
         # the latest. (A key inserted, then deleted, must not be inserted: with deletes
         # the latest of each key decides.)
-        rows = fresh if not self.settings[DELETE_ENABLED] else latest
+        # Once a plain insert of a table's rows as they were has failed, its batches are
+        # taken to repeat keys (a row inserted then updated within a batch), and its
+        # plain inserts take each key's latest: one that fails costs a move twice.
+        as_staged = not self.settings[DELETE_ENABLED] and target not in self._repeating
+        rows = fresh if as_staged else latest
         plain = (
             f"INSERT INTO {target} ({columns}) SELECT {columns} FROM ({rows}) l"
             " WHERE NOT l.__deleted"
         )
-        statements.append(
-            Optimistic(plain_insert_check(target, staged.stage.sql, staged.keys), plain, upsert)
-        )
+        check = plain_insert_check(target, staged.stage.sql, staged.keys)
+        statements.append(Optimistic(check, plain, upsert, target))
         return statements
 
     def stop(self) -> None:
