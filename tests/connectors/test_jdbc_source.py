@@ -89,6 +89,39 @@ def test_incrementing_reads_new_rows_only_and_resumes_from_its_offset(
         again.stop()
 
 
+def test_sparse_keys_are_read_in_one_batch_whatever_their_span(
+    spark: SparkRuntime, postgres: PostgresServer, orders: str
+) -> None:
+    """Unique keys spanning at most batch.max.rows values are one batch, planned from
+    their bounds alone; keys spanning more are counted to the batch.max.rows-th, and
+    fewer rows than that are one batch too. (A backlog of more rows is cut there: see
+    the next test.)"""
+    for first in (1, 400, 2_000, 2_500, 9_000):
+        add_orders(postgres, orders, first, 1)
+    offsets = Offsets()
+    settings = config(
+        orders, mode="incrementing", incrementing_column_name="id", batch_max_rows="3000"
+    )
+    task = source_task(settings, offsets)
+    try:
+        batch = task.poll()
+        assert batch is not None
+        # keys 1..9000 span more than 3000 values, but are 5 rows
+        assert batch.offsets[0][1] == {"incrementing": 9_000}
+        assert sorted(r["id"] for r in rows_of(batch)) == [1, 400, 2_000, 2_500, 9_000]
+        offsets.commit(batch)
+        assert task.poll() is None
+        add_orders(postgres, orders, 9_100, 1)
+        add_orders(postgres, orders, 11_000, 1)
+        # 9100..11000: within 3000 values, one batch from the bounds
+        batch = task.poll()
+        assert batch is not None
+        assert batch.offsets[0][1] == {"incrementing": 11_000}
+        assert sorted(r["id"] for r in rows_of(batch)) == [9_100, 11_000]
+    finally:
+        task.stop()
+
+
 def test_a_backlog_is_read_in_batches_by_key_ranges_on_the_executors(
     spark: SparkRuntime, postgres: PostgresServer, orders: str
 ) -> None:

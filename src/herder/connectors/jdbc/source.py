@@ -303,10 +303,13 @@ class _Window:
 
     condition: str
     offset: dict[str, Any] | None
+    #: how many rows it holds (at most this many, when ``exact`` is false: the span of
+    #: its unique keys)
     rows: int
     low: int | None
     high: int | None
     full: bool
+    exact: bool = True
 
 
 class _TableReader:
@@ -320,12 +323,15 @@ class _TableReader:
         columns: list[Column],
         split_column: str | None,
         offset: dict[str, Any] | None,
+        unique_split: bool = False,
     ) -> None:
         self.plan = plan
         self.database = database
         self.table = table
         self.columns = columns
         self.split_column = split_column
+        #: whether no two rows share a value of the split column (the primary key)
+        self.unique_split = unique_split
         self.offset = offset
         self.next_poll = 0.0
         if table is None:
@@ -351,9 +357,10 @@ class _TableReader:
     @staticmethod
     def describe(
         conn: Connection, plan: _Settings, table: TableId | None
-    ) -> tuple[list[Column], str | None]:
-        """A table's (or the query's) columns, checked against the mode's; and the
-        column to split reads by. DatabaseError naming the table and column if wrong."""
+    ) -> tuple[list[Column], str | None, bool]:
+        """A table's (or the query's) columns, checked against the mode's; the column to
+        split reads by; and whether that column is the table's primary key (its values
+        unique). DatabaseError naming the table and column if wrong."""
         if table is None:
             try:
                 columns = query_columns(conn, plan.query)
@@ -405,7 +412,7 @@ class _TableReader:
             split = plan.incrementing
         elif len(keys) == 1 and by_name[keys[0]].pg_type in _INTEGER_TYPES:
             split = keys[0]
-        return columns, split
+        return columns, split, split is not None and list(keys) == [split]
 
     # -- planning ----------------------------------------------------------------------
 
@@ -441,9 +448,24 @@ class _TableReader:
                 )
         window = " AND ".join(conditions) or "TRUE"
         if mode == INCREMENTING and self.split_column == self.plan.incrementing:
+            limit = self.plan.max_rows
+            if self.unique_split:
+                # keys that are unique and span at most batch.max.rows values are at most
+                # that many rows: the batch is all of them, known from the key's index at
+                # once (their number is what the span says at most: pieces are cut by it)
+                bounds = self._one(
+                    conn, f"SELECT min({inc}), max({inc}) FROM ({self.base}) AS q WHERE {window}"
+                )
+                low, high = bounds if bounds is not None else (None, None)
+                if low is None or high is None:
+                    return None
+                span = int(high) - int(low) + 1
+                if span <= limit:
+                    window += f" AND {inc} <= {int(high)}"
+                    reached = {INCREMENTING: int(high)}
+                    return _Window(window, reached, span, low, high, full=False, exact=False)
             # one pass over the key's index gives the batch's end (its last key), whether
             # it is full, and its size and bounds for the pieces
-            limit = self.plan.max_rows
             stats = self._one(
                 conn,
                 f"SELECT count(*), min(k), max(k) FROM (SELECT {inc} AS k FROM ({self.base})"
@@ -571,8 +593,8 @@ class JdbcSourceTask(SourceTask):
         partitions = [self._partition(t) for t in tables]
         offsets = self.context.offset_reader.offsets(partitions) if partitions else []
         self.readers = [
-            _TableReader(self.plan, self.database, t, columns, split, offset)
-            for t, (columns, split), offset in zip(tables, described, offsets, strict=True)
+            _TableReader(self.plan, self.database, t, columns, split, offset, unique)
+            for t, (columns, split, unique), offset in zip(tables, described, offsets, strict=True)
         ]
 
     def _partition(self, table: TableId | None) -> dict[str, Any]:
@@ -641,7 +663,7 @@ class JdbcSourceTask(SourceTask):
             "JdbcSource: reading %s into %s (%s rows in %d pieces), offset %s",
             reader.what,
             reader.topic,
-            window.rows if reader.split_column else "?",
+            (f"{'' if window.exact else 'at most '}{window.rows}" if reader.split_column else "?"),
             len(pieces),
             window.offset,
         )
