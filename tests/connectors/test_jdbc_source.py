@@ -5,6 +5,7 @@ bad configs are refused with the table and column named."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 from decimal import Decimal
 
@@ -89,13 +90,17 @@ def test_incrementing_reads_new_rows_only_and_resumes_from_its_offset(
         again.stop()
 
 
-def test_sparse_keys_are_read_in_one_batch_whatever_their_span(
-    spark: SparkRuntime, postgres: PostgresServer, orders: str
+def test_unique_keys_within_batch_max_rows_values_are_planned_from_their_bounds(
+    spark: SparkRuntime,
+    postgres: PostgresServer,
+    orders: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Unique keys spanning at most batch.max.rows values are one batch, planned from
-    their bounds alone; keys spanning more are counted to the batch.max.rows-th, and
-    fewer rows than that are one batch too. (A backlog of more rows is cut there: see
-    the next test.)"""
+    their bounds alone (the read says "at most" that many rows); keys spanning more are
+    counted to the batch.max.rows-th, and fewer rows than that are one batch too. (A
+    backlog of more rows is cut there: see the next test.)"""
+    caplog.set_level(logging.INFO, logger="herder.connectors.jdbc.source")
     for first in (1, 400, 2_000, 2_500, 9_000):
         add_orders(postgres, orders, first, 1)
     offsets = Offsets()
@@ -106,16 +111,18 @@ def test_sparse_keys_are_read_in_one_batch_whatever_their_span(
     try:
         batch = task.poll()
         assert batch is not None
-        # keys 1..9000 span more than 3000 values, but are 5 rows
+        # keys 1..9000 span more than 3000 values: counted, 5 rows
+        assert "(5 rows in 1 pieces)" in caplog.text
         assert batch.offsets[0][1] == {"incrementing": 9_000}
         assert sorted(r["id"] for r in rows_of(batch)) == [1, 400, 2_000, 2_500, 9_000]
         offsets.commit(batch)
         assert task.poll() is None
         add_orders(postgres, orders, 9_100, 1)
         add_orders(postgres, orders, 11_000, 1)
-        # 9100..11000: within 3000 values, one batch from the bounds
         batch = task.poll()
         assert batch is not None
+        # 9100..11000: within 3000 values, one batch from the bounds
+        assert "(at most 1901 rows in 1 pieces)" in caplog.text
         assert batch.offsets[0][1] == {"incrementing": 11_000}
         assert sorted(r["id"] for r in rows_of(batch)) == [9_100, 11_000]
     finally:

@@ -104,11 +104,11 @@ class Optimistic:
     runs instead, in the same transaction. Which of the three happened is left in the
     transaction's setting ``herder.move``."""
 
+    #: the table moved into
+    table: str
     check: str
     plain: str
     upsert: str
-    #: the table moved into (whose batches turned out to repeat keys, see ``_repeating``)
-    table: str = ""
 
     def sql(self) -> str:
         body = (
@@ -868,7 +868,7 @@ class JdbcSinkTask(SinkTask):
             " WHERE NOT l.__deleted"
         )
         check = plain_insert_check(target, staged.stage.sql, staged.keys)
-        statements.append(Optimistic(check, plain, upsert, target))
+        statements.append(Optimistic(target, check, plain, upsert))
         return statements
 
     def stop(self) -> None:

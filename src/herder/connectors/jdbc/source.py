@@ -447,36 +447,25 @@ class _TableReader:
                     f"({self._ts}, {inc}) > ({last}, {int(self.offset[INCREMENTING])})"
                 )
         window = " AND ".join(conditions) or "TRUE"
-        if mode == INCREMENTING and self.split_column == self.plan.incrementing:
-            limit = self.plan.max_rows
-            if self.unique_split:
-                # keys that are unique and span at most batch.max.rows values are at most
-                # that many rows: the batch is all of them, known from the key's index at
-                # once (their number is what the span says at most: pieces are cut by it)
-                bounds = self._one(
-                    conn, f"SELECT min({inc}), max({inc}) FROM ({self.base}) AS q WHERE {window}"
-                )
-                low, high = bounds if bounds is not None else (None, None)
-                if low is None or high is None:
-                    return None
-                span = int(high) - int(low) + 1
-                if span <= limit:
-                    window += f" AND {inc} <= {int(high)}"
-                    reached = {INCREMENTING: int(high)}
-                    return _Window(window, reached, span, low, high, full=False, exact=False)
-            # one pass over the key's index gives the batch's end (its last key), whether
-            # it is full, and its size and bounds for the pieces
-            stats = self._one(
-                conn,
-                f"SELECT count(*), min(k), max(k) FROM (SELECT {inc} AS k FROM ({self.base})"
-                f" AS q WHERE {window} AND {inc} IS NOT NULL ORDER BY {inc} LIMIT {limit}) AS c",
+        if (
+            mode == INCREMENTING
+            and self.split_column == self.plan.incrementing
+            and self.unique_split
+        ):
+            # keys that are unique and span at most batch.max.rows values are at most that
+            # many rows: the batch is all of them, known from the key's index at once
+            # (their number is what the span says at most: pieces are cut by it)
+            bounds = self._one(
+                conn, f"SELECT min({inc}), max({inc}) FROM ({self.base}) AS q WHERE {window}"
             )
-            assert stats is not None
-            rows, low, high = int(stats[0]), stats[1], stats[2]
-            if rows == 0:
+            low, high = bounds if bounds is not None else (None, None)
+            if low is None or high is None:
                 return None
-            window += f" AND {inc} <= {int(high)}"
-            return _Window(window, {INCREMENTING: int(high)}, rows, low, high, rows == limit)
+            span = int(high) - int(low) + 1
+            if span <= self.plan.max_rows:
+                window += f" AND {inc} <= {int(high)}"
+                reached = {INCREMENTING: int(high)}
+                return _Window(window, reached, span, low, high, full=False, exact=False)
         order = {
             INCREMENTING: [inc],
             TIMESTAMP: [self._ts],
