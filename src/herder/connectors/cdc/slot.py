@@ -106,7 +106,10 @@ class Slot:
                         " this connector a slot of its own (slot.name)"
                     ) from exc
                 attempt += 1
-                log.warning(
+                # a wait of under a second (a drop while the task's own peek ends) is
+                # routine; one that has lasted longer is news
+                log.log(
+                    logging.WARNING if attempt * self.busy_delay >= 1.0 else logging.DEBUG,
                     "replication slot %s is held by another session (%s); trying again in"
                     " %g s (%d of %d)",
                     self.name,
