@@ -22,14 +22,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(40
 ROWS = 2500
 
 
-@pytest.fixture
-def stock(logical_postgres: PostgresServer, logical_database: str) -> str:
+@pytest.fixture(params=["counted", "analysed"])
+def stock(
+    request: pytest.FixtureRequest, logical_postgres: PostgresServer, logical_database: str
+) -> str:
+    """The table, as created (no statistics: its chunks are counted keys) or analysed
+    (dense keys: its chunks are key ranges, see ``plan_chunk``)."""
     logical_postgres.execute(
         "CREATE TABLE stock (id integer PRIMARY KEY, item text, qty integer, seen timestamptz);"
         "INSERT INTO stock SELECT i, 'item ' || i, i, TIMESTAMPTZ '2024-05-01 00:00:00+02'"
         f" + i * INTERVAL '1 second' FROM generate_series(1, {ROWS}) i",
         dbname(logical_database),
     )
+    if request.param == "analysed":
+        logical_postgres.execute("ANALYZE stock", dbname(logical_database))
     return logical_database
 
 
@@ -190,6 +196,40 @@ def test_a_snapshot_ends_at_the_highest_key_its_table_had_when_it_began(
         task.stop()
 
 
+def test_a_chunk_by_key_range_starts_at_the_next_key_past_a_gap(
+    spark: SparkRuntime, logical_postgres: PostgresServer, logical_database: str
+) -> None:
+    """Keys 1-1,000 and 2,101-2,600 (1.73 keys a row: dense), in chunks of 400 rows:
+    693 keys each. The third would be keys 1,387-2,079, which hold no row; it starts at
+    the next key instead, 2,101, and is the rest of the table. Every row is read once."""
+    db = dbname(logical_database)
+    logical_postgres.execute(
+        "CREATE TABLE stock (id integer PRIMARY KEY, item text, qty integer, seen timestamptz);"
+        "INSERT INTO stock SELECT i, 'item ' || i, i, now() FROM generate_series(1, 1000) i;"
+        "INSERT INTO stock SELECT i, 'item ' || i, i, now() FROM generate_series(2101, 2600) i;"
+        "ANALYZE stock",
+        db,
+    )
+    offsets = Offsets()
+    task = cdc_task(
+        cdc_config(logical_postgres, logical_database, snapshot_chunk_rows="400"), offsets
+    )
+    chunks = []
+    try:
+        while True:
+            events = poll_batch(task, offsets)
+            chunks.append(sorted(k["id"] for _, k, v in events if k and v and v["op"] == "r"))
+            (offset,) = offsets.committed.values()
+            if not offset.get("snapshot_tables"):
+                break
+    finally:
+        task.stop()
+    assert [(c[0], c[-1]) if c else None for c in chunks] == [
+        (1, 693), (694, 1000), (2101, 2600)
+    ]  # fmt: skip
+    assert sorted(i for c in chunks for i in c) == [*range(1, 1001), *range(2101, 2601)]
+
+
 def test_a_table_without_a_primary_key_cannot_be_snapshotted(
     spark: SparkRuntime, logical_postgres: PostgresServer, logical_database: str
 ) -> None:
@@ -253,7 +293,7 @@ def test_snapshot_events_are_the_typed_envelopes_the_stream_gives_the_same_rows(
         schema=shape.row_type,
     )
     source = {f.name: None for f in source_type().fields} | {
-        "version": "2.7", "connector": "postgresql", "name": 'p "x"', "ts_ms": 17,
+        "version": "2.7", "connector": "postgresql", "name": 'p "x" \'y\' \\z', "ts_ms": 17,
         "snapshot": "true", "db": "d\u00e9", "schema": 'odd "schema"', "table": "t", "lsn": 99,
     }  # fmt: skip
     ts_ms = 1_714_566_600_000

@@ -39,6 +39,7 @@ from herder.connectors.cdc.pgoutput import Relation, decode, format_lsn
 from herder.connectors.cdc.slot import ALL_TABLES, AUTOCREATE_MODES, SetupError, Slot
 from herder.connectors.cdc.snapshot import (
     ExportedSnapshot,
+    SnapshotExporter,
     SnapshotProgress,
     plan_chunk,
     read_chunk,
@@ -268,6 +269,7 @@ class PostgresCdcSourceTask(SourceTask):
         self._stopping = threading.Event()
         #: the snapshot the last chunk's rows are read in, until they are written
         self._exported: ExportedSnapshot | None = None
+        self._exporter: SnapshotExporter | None = None
         #: batches polled together, to return one by one, each with the position the
         #: slot may be confirmed at once it is committed
         self._queue: collections.deque[tuple[SourceBatch, int]] = collections.deque()
@@ -604,7 +606,9 @@ class PostgresCdcSourceTask(SourceTask):
         session = runtime.session
         table = TableId.parse(progress.tables[0])
         # the table's columns, its bounds and its rows, all as one snapshot sees them
-        self._exported = ExportedSnapshot(self.database)
+        if self._exporter is None:
+            self._exporter = SnapshotExporter(self.database)
+        self._exported = self._exporter.export()
         shape = self._table_shape(table, self._exported.conn)
         chunk = None
         until = progress.until
@@ -672,6 +676,10 @@ class PostgresCdcSourceTask(SourceTask):
         exported, self._exported = self._exported, None
         if exported is not None:
             exported.close()
+        if self.snapshot is None and self._exporter is not None:
+            # the snapshot is over: its connection is not needed any more
+            self._exporter.close()
+            self._exporter = None
 
     def _table_shape(self, table: TableId, conn: Any) -> TableShape | None:
         """A table's shape from the catalog, read through ``conn``; None (and a
@@ -724,6 +732,9 @@ class PostgresCdcSourceTask(SourceTask):
         self._stopping.set()
         if getattr(self, "_exported", None) is not None:
             self._release_snapshot()
+        exporter = getattr(self, "_exporter", None)
+        if exporter is not None:
+            exporter.close()
         slot = getattr(self, "slot", None)
         if slot is None:
             return
