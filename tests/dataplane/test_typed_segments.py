@@ -212,3 +212,82 @@ def test_converters_serialise_typed_values_for_sinks_that_take_bytes(
     )
     with pytest.raises(ConfigError, match=r"ByteArrayConverter takes bytes.*topic t are typed"):
         raw.serialize_typed(F.col("value"), dtype, "t")
+
+
+async def test_fields_every_record_holds_alike_are_kept_once_and_read_back_whole(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot chunk's change events share ``before``, ``source``, ``op`` and
+    ``ts_ms``: staged with them as constants, the files hold ``after`` alone and the
+    segment the rest, once. Every read gives the whole values back: Spark's, whole, in
+    part, by ranges and (past the files one read unions) in one scan; the CLI's; a read
+    merged with a later segment whose rows have a column more; and one mixed with a
+    segment of bytes, as envelopes."""
+    monkeypatch.setattr("herder.dataplane.writer.MAX_RECORDS_PER_FILE", 8)
+    source = spark.session.createDataFrame(
+        [(i, f"n{i}") for i in range(30)], "id bigint, note string"
+    )
+    row = "struct<id:bigint,note:string>"
+    envelope = (
+        f"named_struct('before', CAST(NULL AS {row}), 'after', struct(id, note),"
+        " 'source', named_struct('name', 'p \\'q\\' \\\\z', 'lsn', CAST(99 AS BIGINT),"
+        " 'txId', CAST(NULL AS BIGINT), 'snapshot', true), 'op', 'r', 'ts_ms', CAST(17 AS BIGINT))"
+    )
+    chunk = source.selectExpr("struct(id) AS key", f"{envelope} AS value")
+    source_block = {"name": "p 'q' \\z", "lsn": 99, "txId": None, "snapshot": True}
+    constants = {"before": None, "source": source_block, "op": "r", "ts_ms": 17, "gone": 1}
+    expected = [
+        {"before": None, "after": {"id": i, "note": f"n{i}"}, "source": source_block,
+         "op": "r", "ts_ms": 17}
+        for i in range(30)
+    ]  # fmt: skip
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("alike", 1)
+        writer = SegmentWriter(topics, spark, "alike-0", 1)
+        staged = await writer.stage(chunk, "alike", constants)
+        [segment] = staged.segments
+        assert len(segment.files) >= 4
+        assert json.loads(segment.value_constants or "{}") == {
+            k: v for k, v in constants.items() if k != "gone"
+        }
+        assert json.loads(segment.value_type or "null") == json.loads(
+            chunk.schema["value"].dataType.json()
+        )
+        file_schema = pq.read_schema(storage.fs_path(segment.files[0]))
+        assert [f.name for f in file_schema.field("value").type] == ["after"]
+        await topics.commit(staged)
+
+        def values(df: Any) -> list[Any]:
+            return [r["value"].asDict(recursive=True) for r in df.orderBy("offset").collect()]
+
+        whole = await topics.read("alike", ordered=True)
+        value_type = whole.schema["value"].dataType
+        assert value_type.simpleString() == chunk.schema["value"].dataType.simpleString()
+        assert values(whole) == expected
+        assert values(await topics.read("alike", {0: (5, 19)}, ordered=True)) == expected[5:19]
+        ranged, ranges = await topics.read_ranged("alike", ordered=True, ranged=True)
+        assert ranges is not None and len(ranges) >= 4
+        assert values(ranged) == expected
+        monkeypatch.setattr("herder.dataplane.reader.MAX_FILES_UNIONED", 2)
+        assert values(await topics.read("alike", ordered=True)) == expected
+        shown = slice_rows(storage, await topics.plan_read("alike", {0: (3, 12)}))
+        assert [json.loads(r["value"]) for r in shown] == expected[3:12]
+
+        # a later segment, whose rows have a column more and keep every field
+        later = spark.session.createDataFrame([(30, "n30", 7)], "id bigint, note string, qty int")
+        wider = "struct<id:bigint,note:string,qty:int>"
+        wide = envelope.replace(row, wider).replace("(id, note)", "(id, note, qty)")
+        await topics.commit(
+            await writer.stage(later.selectExpr("struct(id) AS key", f"{wide} AS value"), "alike")
+        )
+        merged = values(await topics.read("alike", ordered=True))
+        assert merged[:30] == [
+            {**e, "after": {**e["after"], "qty": None}} for e in expected
+        ]  # fmt: skip
+        assert merged[30]["after"] == {"id": 30, "note": "n30", "qty": 7}
+
+        # and a segment of bytes: every value as an envelope of bytes
+        await topics.commit(await writer.stage([SourceRecord({}, {}, "alike", b"{}", partition=0)]))
+        mixed = (await topics.read("alike", ordered=True)).collect()
+        assert [json.loads(r["value"])["payload"] for r in mixed[:3]] == expected[:3]
+        assert mixed[-1]["value"] == b"{}"

@@ -78,3 +78,48 @@ def test_ddl_quotes_field_names_and_spells_spark_types() -> None:
     assert ddl(type_json(dtype)) == (
         "struct<`odd ``name```:bigint,`m`:map<string,smallint>,`t`:timestamp_ntz>"
     )
+
+
+def test_only_fields_a_segment_can_keep_once_are_constants() -> None:
+    """Top-level fields of a struct value, of null, strings, booleans, numbers and
+    structs of them that fit the field's type; and never every field."""
+    from herder.dataplane.typed import usable_constants
+
+    at = struct(("lsn", "long", True), ("db", "string", True))
+    stored = json.dumps(
+        struct(
+            ("op", "string", True), ("n", "long", True), ("f", "double", True),
+            ("ok", "boolean", True), ("day", "date", True), ("at", at, True),
+        )
+    )  # fmt: skip
+    given = {"op": "r", "n": 3, "f": 2, "ok": True, "at": {"lsn": 5}, "missing": 1}
+    assert usable_constants(stored, given) == {k: v for k, v in given.items() if k != "missing"}
+    # a value of another type than its field's, or of a type kept as it is
+    for wrong in ({"op": 3}, {"n": "3"}, {"n": True}, {"ok": 1}, {"f": float("nan")},
+                  {"day": "2024-05-01"}, {"at": {"lsn": "x"}}, {"at": {"other": 1}}):  # fmt: skip
+        assert usable_constants(stored, wrong) == {}, wrong
+    assert usable_constants(stored, {"day": None}) == {"day": None}
+    # every field alike: the first stays in the files
+    two = json.dumps(struct(("a", "long", True), ("b", "string", True)))
+    assert usable_constants(two, {"a": 1, "b": "x"}) == {"b": "x"}
+    assert usable_constants('"binary"', {"a": 1}) == {}
+
+
+def test_constants_are_put_back_as_literals_of_the_type_read() -> None:
+    """Strings escaped for Spark's SQL, numbers cast to their (widened) type, a struct's
+    fields the constant lacks null, and null values left null."""
+    from herder.dataplane.typed import restored_sql
+
+    stored = json.dumps(
+        struct(
+            ("after", struct(("id", "long", False)), True), ("op", "string", False),
+            ("n", "long", True), ("f", "float", True),
+            ("at", struct(("lsn", "long", True), ("db", "string", True)), True),
+        )
+    )  # fmt: skip
+    sql = restored_sql("value", stored, {"op": "it's \\ ok", "n": 3, "f": 1.5, "at": {"lsn": 7}})
+    assert sql == (
+        "if(value IS NULL, NULL, named_struct('after', value.`after`, 'op', 'it\\'s \\\\ ok',"
+        " 'n', CAST(3 AS bigint), 'f', CAST('1.5' AS float),"
+        " 'at', named_struct('lsn', CAST(7 AS bigint), 'db', CAST(NULL AS string))))"
+    )

@@ -16,7 +16,7 @@ JSON round trip (str, int, float, bool, None, lists and dicts of them).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
@@ -118,6 +118,14 @@ class SourceBatch:
     ``partition`` or ``key`` column, the records' order is the DataFrame's: its Spark
     partitions in order, each one's rows in order.
 
+    ``constants``, if given, names top-level fields of a struct ``value`` that every
+    row of ``data`` holds with the same value, and that value (JSON-able: null,
+    strings, booleans, numbers, and dicts of them for struct fields), as a snapshot
+    chunk's change events share their ``source`` and ``op``. The runtime may then write
+    those fields once, in the segment's metadata, rather than in every row's Parquet
+    leaves; readers get every record whole. It is a promise: a row whose field differs
+    is read back with the constant. It is ignored when transforms change the records.
+
     ``check``, if given, is called after Spark wrote the batch and before it commits,
     for a DataFrame that read what was planned only if its input did not change during
     the job (a file read whole by Spark's text reader, which reads a line past its end
@@ -130,6 +138,7 @@ class SourceBatch:
     offsets: Sequence[tuple[SourcePartition, SourceOffset]]
     topic: str | None = None
     check: Callable[[], None] | None = None
+    constants: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # Checked here, where the author's code is on the stack, rather than when the
@@ -144,3 +153,7 @@ class SourceBatch:
             if canonical in seen:
                 raise ValueError(f"source partition {partition} appears twice in a SourceBatch")
             seen.add(canonical)
+        if self.constants is not None:
+            if not all(isinstance(name, str) for name in self.constants):
+                raise TypeError("SourceBatch constants are keyed by the value's field names")
+            json.dumps(self.constants)

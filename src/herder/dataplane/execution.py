@@ -450,7 +450,13 @@ class SourceExecution(_Execution):
                 ]
                 began = time.monotonic()
                 data, topic = await self.pipeline.before_write(batch)
-                staged = await writer.stage(data, topic)
+                # fields a source says every record holds alike, unless transforms ran
+                constants = (
+                    batch.constants
+                    if isinstance(batch, SourceBatch) and not self.pipeline.chain
+                    else None
+                )
+                staged = await writer.stage(data, topic, constants)
                 if polled is None:  # a SourceBatch: its records are known once written
                     self.metrics.source_polled(staged.records, time.monotonic() - polling_since)
                 if not await self._checked(control, batch, staged, writer):

@@ -22,6 +22,7 @@ Everything here is pure: records in, state out; the IO lives in :mod:`.topics`.
 from __future__ import annotations
 
 import builtins
+import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -125,6 +126,10 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     ``key_type`` and ``value_type``, when set, say that the files hold that part as a
     native column of this Spark type (its JSON form, see :mod:`.typed`); without them
     it is bytes.
+
+    ``value_constants``, when set, is a JSON object of top-level fields of the typed
+    value that every record of the segment holds with the same value: the files leave
+    them out, and readers put them back (see :mod:`.typed`).
     """
 
     partition: int
@@ -137,12 +142,18 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     file_counts: list[int] | None = None
     key_type: str | None = None
     value_type: str | None = None
+    value_constants: str | None = None
 
     @property
     def types(self) -> dict[str, str]:
         """The stored types of the typed parts, by part (``key``, ``value``)."""
         found = {"key": self.key_type, "value": self.value_type}
         return {part: stored for part, stored in found.items() if stored is not None}
+
+    @property
+    def constants(self) -> dict[str, Any]:
+        """The value's fields its files leave out, and their one value (see above)."""
+        return json.loads(self.value_constants) if self.value_constants else {}
 
     @property
     def end_offset(self) -> int:

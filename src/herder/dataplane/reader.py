@@ -41,8 +41,8 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -52,7 +52,7 @@ from herder.connect import OffsetRange, TopicPartition
 from herder.dataplane.metadata import Segment, SegmentSlice
 from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL, SEGMENT_SCHEMA
 from herder.dataplane.storage import Storage
-from herder.dataplane.typed import PARTS, merge_types
+from herder.dataplane.typed import PARTS, merge_types, restored_sql
 from herder.dataplane.typed import ddl as typed_ddl
 
 if TYPE_CHECKING:
@@ -101,8 +101,9 @@ def slices_dataframe(
         return spark.createDataFrame([], SINK_DDL), None
     files = _files_of(slices)
     types = _ReadTypes.of(topic, files)
-    # a mixed read converts each typed file's values on their own: file by file
-    few = len(files) <= MAX_FILES_UNIONED or bool(types.encoded)
+    # a mixed read converts each typed file's values on their own, and a file whose
+    # segment keeps some of its values' fields once gets them back on its own: file by file
+    few = len(files) <= MAX_FILES_UNIONED or bool(types.encoded) or any(f.constants for f in files)
     pieces = _pieces_of(files)
     if ranged and ordered and len(pieces) <= MAX_FILES_UNIONED:
         # one Spark partition per piece (a positional file, or a whole segment of
@@ -131,22 +132,30 @@ class _ReadTypes:
 
     ddl: dict[str, str]
     encoded: frozenset[str]
+    #: the stored type of each part the read gives typed (see :mod:`.typed`)
+    stored: dict[str, str]
 
     @classmethod
     def of(cls, topic: str, files: Sequence[_FileRead]) -> _ReadTypes:
-        ddl, encoded = {}, set()
+        ddl, encoded, merged = {}, set(), {}
         for part in PARTS:
             stored = [f.types.get(part) for f in files]
             typed = [t for t in stored if t is not None]
             if len(typed) == len(stored):
-                ddl[part] = typed_ddl(
-                    merge_types(list(dict.fromkeys(typed)), f"topic {topic}, {part}")
-                )
+                merged[part] = merge_types(list(dict.fromkeys(typed)), f"topic {topic}, {part}")
+                ddl[part] = typed_ddl(merged[part])
             else:
                 ddl[part] = "binary"
                 if typed:
                     encoded.add(part)
-        return cls(ddl, frozenset(encoded))
+        return cls(ddl, frozenset(encoded), merged)
+
+    def restored_value(self, file: _FileRead) -> str:
+        """SQL for a file's values with the fields its segment keeps once put back, of
+        the type the file is read with (see :meth:`file_schema`)."""
+        own = file.types["value"]
+        stored = own if "value" in self.encoded else self.stored["value"]
+        return restored_sql("value", stored, file.constants)
 
     def file_schema(self, file: _FileRead) -> str:
         """The DDL a file is read with: the read's types, or for a part the read
@@ -249,6 +258,8 @@ class _FileRead:
     timestamp: int
     #: the stored types of the segment's typed parts (see :mod:`.typed`)
     types: dict[str, str]
+    #: the value's fields the segment keeps once, not in its files (see :mod:`.typed`)
+    constants: dict[str, Any] = field(default_factory=dict)
 
 
 def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
@@ -257,12 +268,12 @@ def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
     files = []
     for piece in slices:
         segment = piece.segment
-        types = segment.types
+        types, constants = segment.types, segment.constants
         if not segment.ordered:
             files += [
                 _FileRead(segment.partition, path, segment.base_offset, False,
                           piece.from_offset, piece.to_offset, filtered=True,
-                          timestamp=segment.max_timestamp, types=types)
+                          timestamp=segment.max_timestamp, types=types, constants=constants)
                 for path in segment.files
             ]  # fmt: skip
             continue
@@ -272,7 +283,8 @@ def _files_of(slices: Sequence[SegmentSlice]) -> list[_FileRead]:
                 files.append(
                     _FileRead(segment.partition, path, first, True, lo, hi,
                               filtered=lo > first or hi < end,
-                              timestamp=segment.max_timestamp, types=types)
+                              timestamp=segment.max_timestamp, types=types,
+                              constants=constants)
                 )  # fmt: skip
     return files
 
@@ -296,6 +308,8 @@ def _file_by_file(
     """
     from functools import reduce
 
+    from pyspark.sql import functions as F
+
     def scan(file: _FileRead) -> DataFrame:
         schema, place = types.file_schema(file), "seq"
         if file.positional:
@@ -303,6 +317,9 @@ def _file_by_file(
             missing = f"raise_error('Spark gave no row index for {file.path}')"
             schema, place = f"{schema}, {ROW_INDEX} bigint", f"coalesce({ROW_INDEX}, {missing})"
         rows = spark.read.schema(schema).parquet(storage.uri(file.path))
+        if file.constants:
+            # the fields the file leaves out are null as read: their one value instead
+            rows = rows.withColumn("value", F.expr(types.restored_value(file)))
         encode = [part for part in types.encoded if part in file.types]
         if encode:
             rows = _as_envelopes(rows, encode)
@@ -458,9 +475,40 @@ def _as_json(column: pa.ChunkedArray) -> pa.Array:
     )
 
 
+def _restored(column: pa.ChunkedArray, stored: str, constants: dict[str, Any]) -> pa.Array:
+    """Struct values read from files that leave out the fields of ``constants``, with
+    those fields put back: the struct of stored type ``stored``."""
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import StructType
+
+    values = column.combine_chunks()
+    count = len(values)
+    children, fields = [], []
+    for spark_field in StructType.fromJson(json.loads(stored)).fields:
+        name = spark_field.name
+        if name in constants:
+            arrow_type = to_arrow_type(spark_field.dataType, timezone="UTC")
+            value = constants[name]
+            child = (
+                pa.nulls(count, arrow_type)
+                if value is None
+                else pa.array([value] * count, arrow_type)
+            )
+        else:
+            child = values.field(name)
+        children.append(child)
+        fields.append(pa.field(name, child.type, spark_field.nullable))
+    return pa.StructArray.from_arrays(children, fields=fields, mask=values.is_null())
+
+
 def _slice_columns(segment: Segment, table: pa.Table) -> pa.Table:
     """A segment's rows (with their offsets) as :data:`SLICE_SCHEMA`: missing headers
     empty, missing timestamps the segment's, typed parts as JSON."""
+    constants = segment.constants
+    if constants and segment.value_type is not None:
+        index = table.schema.get_field_index("value")
+        restored = _restored(table["value"], segment.value_type, constants)
+        table = table.set_column(index, "value", restored)
     for part in segment.types:
         index = table.schema.get_field_index(part)
         table = table.set_column(index, part, _as_json(table[part]))

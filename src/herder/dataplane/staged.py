@@ -24,6 +24,9 @@ class StagedSegment:
     #: the Spark types of the typed key and value (see :mod:`.typed`), None for bytes
     key_type: str | None = None
     value_type: str | None = None
+    #: the value's fields every record holds alike, kept here rather than in the files
+    #: (see :attr:`Segment.value_constants <herder.dataplane.metadata.Segment.value_constants>`)
+    value_constants: str | None = None
 
 
 @dataclass(frozen=True)

@@ -460,6 +460,7 @@ class Topics:
                 file_counts=part.file_counts,
                 key_type=part.key_type,
                 value_type=part.value_type,
+                value_constants=part.value_constants,
             )
             tp = TopicPartition(part.topic, part.partition)
             segments[tp] = segment

@@ -23,6 +23,7 @@ Everything here is pure: JSON in, JSON or DDL out.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -149,3 +150,111 @@ def _ddl(dtype: Any) -> str:
     if kind == "udt":
         return _ddl(dtype["sqlType"])
     raise IncompatibleTypes(f"a segment holds values of Spark type {json.dumps(dtype)}")
+
+
+# -- constant fields -----------------------------------------------------------------------
+#
+# A batch may say that some top-level fields of its values are the same in every record
+# (a snapshot chunk's change events share ``before``, ``source``, ``op`` and ``ts_ms``):
+# its files then leave those fields out, its segment keeps their values once
+# (:attr:`Segment.value_constants <herder.dataplane.metadata.Segment.value_constants>`),
+# and every reader puts them back. Parquet writes every leaf of every row, null or not:
+# a change event of 7 columns has 27 leaves, and a chunk of them took twice as long to
+# write as the same rows flat.
+
+#: Primitive types whose values a constant may hold, by Spark's JSON name.
+_CONSTANT_TYPES: Final = {
+    "string": str,
+    "boolean": bool,
+    **dict.fromkeys(_INTEGERS, int),
+    **dict.fromkeys(_FLOATS, float),
+}
+
+
+def usable_constants(stored: str, constants: Mapping[str, Any]) -> dict[str, Any]:
+    """Those of ``constants`` (field name → value) that a value of stored type
+    ``stored`` can keep once: top-level fields of a struct, whose values are null or
+    strings, booleans, numbers and structs of them, as their types say. At least one
+    field is left in the files (a Parquet group cannot be empty)."""
+    dtype = json.loads(stored)
+    if not isinstance(dtype, dict) or dtype.get("type") != "struct":
+        return {}
+    fields = {f["name"]: f["type"] for f in dtype["fields"]}
+    usable = {
+        name: value
+        for name, value in constants.items()
+        if name in fields and _fits(value, fields[name])
+    }
+    if len(usable) == len(fields):
+        usable.pop(next(iter(fields)))
+    return usable
+
+
+def _fits(value: Any, dtype: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(dtype, str):
+        kind = _CONSTANT_TYPES.get(dtype)
+        if kind is None or (kind is not bool and isinstance(value, bool)):
+            return False
+        if kind is float:
+            return isinstance(value, int | float) and math.isfinite(value)
+        return isinstance(value, kind)
+    if isinstance(dtype, dict) and dtype.get("type") == "struct" and isinstance(value, dict):
+        fields = {f["name"]: f["type"] for f in dtype["fields"]}
+        return set(value) <= set(fields) and all(_fits(v, fields[k]) for k, v in value.items())
+    return False
+
+
+def without_fields(stored: str, names: Sequence[str]) -> str:
+    """A stored struct type without the fields ``names``: the type its files hold."""
+    dtype = json.loads(stored)
+    return type_json({**dtype, "fields": [f for f in dtype["fields"] if f["name"] not in names]})
+
+
+def restored_sql(column: str, stored: str, constants: Mapping[str, Any]) -> str:
+    """Spark SQL for the values of ``column`` (read as stored type ``stored``, the
+    fields of ``constants`` absent from its files) with those fields put back: null
+    values stay null."""
+    names = [f["name"] for f in json.loads(stored)["fields"]]
+    read = {name: f"{column}.`{name.replace('`', '``')}`" for name in names}
+    return f"if({column} IS NULL, NULL, {struct_sql(stored, constants, read)})"
+
+
+def struct_sql(stored: str, constants: Mapping[str, Any], others: Mapping[str, str]) -> str:
+    """Spark SQL for a struct of stored type ``stored``: the fields of ``constants`` as
+    literals of their types, every other field the SQL ``others`` gives for it."""
+    parts = []
+    for f in json.loads(stored)["fields"]:
+        name = f["name"]
+        given = _literal(constants[name], f["type"]) if name in constants else others[name]
+        parts.append(f"{_string(name)}, {given}")
+    return f"named_struct({', '.join(parts)})"
+
+
+def _literal(value: Any, dtype: Any) -> str:
+    """``value`` as a Spark SQL literal of stored type ``dtype`` (a struct's fields
+    that ``value`` lacks are null)."""
+    if value is None:
+        return f"CAST(NULL AS {_ddl(dtype)})"
+    if isinstance(dtype, dict):
+        return (
+            "named_struct("
+            + ", ".join(
+                f"{_string(f['name'])}, {_literal(value.get(f['name']), f['type'])}"
+                for f in dtype["fields"]
+            )
+            + ")"
+        )
+    if dtype == "string":
+        return _string(value)
+    if dtype == "boolean":
+        return "TRUE" if value else "FALSE"
+    if dtype in _FLOATS:
+        return f"CAST({_string(repr(float(value)))} AS {_ddl(dtype)})"
+    return f"CAST({int(value)} AS {_ddl(dtype)})"
+
+
+def _string(text: str) -> str:
+    """A Spark SQL string literal (backslashes are escapes in Spark's SQL)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

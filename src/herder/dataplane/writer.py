@@ -30,12 +30,14 @@ wrote, and its size from the file listing, so the write is the batch's only Spar
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from zlib import crc32
 
 import pyarrow.compute as pc
@@ -48,7 +50,13 @@ from herder.dataplane.staged import StagedBatch, StagedSegment
 from herder.dataplane.storage import Storage, batch_dir, check_task_name, writer_dir
 from herder.dataplane.topics import Topics
 from herder.dataplane.trickle import OFF, TrickleLimits, write_in_order, write_partitioned
-from herder.dataplane.typed import BYTES_TYPES, SPARK_ROW_METADATA, part_types
+from herder.dataplane.typed import (
+    BYTES_TYPES,
+    SPARK_ROW_METADATA,
+    part_types,
+    type_json,
+    usable_constants,
+)
 from herder.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -112,14 +120,18 @@ class SegmentWriter:
         return self.topics.storage
 
     async def stage(
-        self, data: Sequence[SourceRecord] | DataFrame, topic: str | None = None
+        self,
+        data: Sequence[SourceRecord] | DataFrame,
+        topic: str | None = None,
+        constants: Mapping[str, Any] | None = None,
     ) -> StagedBatch:
-        """Write ``data`` (SourceRecords, or a DataFrame of SOURCE_BATCH_COLUMNS) as a batch."""
+        """Write ``data`` (SourceRecords, or a DataFrame of SOURCE_BATCH_COLUMNS) as a
+        batch; ``constants``: see :meth:`stage_dataframe`."""
         if isinstance(data, Sequence):
             if topic is not None:
                 raise TypeError("SourceRecords name their own topics; give no topic")
             return await self.stage_records(data)
-        return await self.stage_dataframe(data, topic)
+        return await self.stage_dataframe(data, topic, constants)
 
     async def stage_records(self, records: Sequence[SourceRecord]) -> StagedBatch:
         """Stage a poll's records: Arrow built column-wise, one createDataFrame, one write."""
@@ -194,14 +206,41 @@ class SegmentWriter:
             return _describe(self.storage, path)
         return _describe(self.storage, path, positional=True, timestamp=shared)
 
-    async def stage_dataframe(self, df: DataFrame, topic: str | None = None) -> StagedBatch:
+    async def stage_dataframe(
+        self,
+        df: DataFrame,
+        topic: str | None = None,
+        constants: Mapping[str, Any] | None = None,
+    ) -> StagedBatch:
         """Stage a DataFrame's rows (a SourceBatch's ``data``) to ``topic`` or its ``topic`` column.
 
         Without ``topic`` the DataFrame's distinct topics are found first, which costs a
         job that reads the source once more: name the topic when there is only one.
+
+        ``constants`` (field name → value) are top-level fields of a struct value that
+        every row holds with that value (a SourceBatch's ``constants``): those a segment
+        can keep once (:func:`~.typed.usable_constants`) are left out of the files.
         """
         # the schema, from the JVM: on a job thread, not the event loop
         types: dict[str, str] = await self.spark.run(lambda: dict(df.dtypes), pool=self.pool)
+        kept: tuple[str, dict[str, Any]] | None = None
+        if constants and types.get("value", "").startswith("struct<"):
+            df, types, kept = await self.spark.run(
+                _without_constants, df, constants, pool=self.pool
+            )
+        batch = await self._stage_dataframe(df, types, topic)
+        if kept is None:
+            return batch
+        stored, usable = kept
+        text = json.dumps(usable, separators=(",", ":"), sort_keys=True)
+        segments = [
+            dataclasses.replace(s, value_type=stored, value_constants=text) for s in batch.segments
+        ]
+        return dataclasses.replace(batch, segments=segments)
+
+    async def _stage_dataframe(
+        self, df: DataFrame, types: dict[str, str], topic: str | None
+    ) -> StagedBatch:
         columns = set(types)
         if "value" not in columns:
             raise ConfigError("a SourceBatch DataFrame needs a value column")
@@ -537,6 +576,22 @@ def _file_order(path: str) -> tuple[int, int, str]:
     """Sorts Spark's output files by task, then by file within the task (``c000``, …)."""
     found = _PART_FILE.match(path.rsplit("/", 1)[-1])
     return (int(found[1]), int(found[2]), path) if found else (-1, -1, path)
+
+
+def _without_constants(
+    df: DataFrame, constants: Mapping[str, Any]
+) -> tuple[DataFrame, dict[str, str], tuple[str, dict[str, Any]] | None]:
+    """``df`` without the value's fields of ``constants`` that a segment can keep once,
+    its columns' types, and (the value's stored type, those fields' values); or ``df``
+    as it is if none can be kept."""
+    from pyspark.sql import functions as F
+
+    stored = type_json(json.loads(df.schema["value"].dataType.json()))
+    usable = usable_constants(stored, constants)
+    if not usable:
+        return df, dict(df.dtypes), None
+    lean = df.withColumn("value", F.col("value").dropFields(*usable))
+    return lean, dict(lean.dtypes), (stored, usable)
 
 
 def _describe(

@@ -43,6 +43,7 @@ from herder.connectors.cdc.snapshot import (
     SnapshotProgress,
     plan_chunk,
     read_chunk,
+    snapshot_constants,
     snapshot_end,
     snapshot_events,
 )
@@ -665,6 +666,7 @@ class PostgresCdcSourceTask(SourceTask):
             [(self.partition, self._offset(reached, after))],
             shape.topic,
             check=self._release_snapshot,
+            constants=snapshot_constants(source, now),
         )
         self._queue.append((chunk_batch, reached))
         self.snapshot = after
