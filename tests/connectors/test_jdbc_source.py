@@ -8,6 +8,7 @@ import datetime as dt
 import logging
 import threading
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -367,3 +368,63 @@ def test_a_new_table_is_found_and_the_tasks_reconfigured(
         assert [c["tables"] for c in connector.task_configs(2)] == ["a", "b"]
     finally:
         connector.stop()
+
+
+def test_a_python_worker_keeps_its_connection_for_the_next_piece(
+    postgres: PostgresServer, orders: str
+) -> None:
+    """Pieces read one after the other in one process share a connection, each in a
+    transaction of its own (a snapshot imported, or not); one the server ended since is
+    replaced; a read stopped midway keeps nothing."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from herder.connectors.jdbc import reading
+
+    add_orders(postgres, orders, 1, 50)
+    dsn = postgres.dsn(dbname(orders))
+    schema = StructType([StructField("id", LongType())])
+    sql = "SELECT id FROM orders WHERE id >= {} AND id < {}"
+
+    def ids(low: int, high: int, snapshot: str | None = None) -> list[int]:
+        batches = reading.read_piece(dsn, sql.format(low, high), schema, snapshot)
+        return [i for batch in batches for i in batch.column(0).to_pylist()]
+
+    def backend() -> int:
+        """The server process of the connection kept, asked on it (its transaction
+        ended after, as a read leaves it)."""
+        conn = reading._KEPT[dsn]
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (pid,) = cursor.fetchone()
+        conn.rollback()
+        return int(pid)
+
+    reading._KEPT.pop(dsn, None)
+    try:
+        assert ids(1, 11) == list(range(1, 11))
+        first = backend()
+        # a snapshot exported elsewhere, imported by the kept connection's next read
+        with psycopg_connection(postgres.dsn(dbname(orders))) as exporter:
+            exporter.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            (snapshot,) = exporter.execute("SELECT pg_export_snapshot()").fetchone()
+            postgres.execute("DELETE FROM orders WHERE id = 15", dbname(orders))
+            assert ids(11, 21, snapshot) == list(range(11, 21))  # as the snapshot saw them
+        assert backend() == first
+        assert ids(11, 21) == [i for i in range(11, 21) if i != 15]
+        postgres.execute(f"SELECT pg_terminate_backend({first})", dbname(orders))
+        assert ids(21, 31) == list(range(21, 31))  # on a new connection
+        assert backend() != first
+        stopped = reading.read_piece(dsn, sql.format(1, 51), schema)
+        next(stopped)
+        stopped.close()
+        assert dsn not in reading._KEPT
+    finally:
+        kept = reading._KEPT.pop(dsn, None)
+        if kept is not None:
+            kept.close()
+
+
+def psycopg_connection(dsn: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(dsn, autocommit=True)
