@@ -244,7 +244,7 @@ async def test_fields_every_record_holds_alike_are_kept_once_and_read_back_whole
     async with connected(ensemble, storage, spark) as topics:
         await topics.create("alike", 1)
         writer = SegmentWriter(topics, spark, "alike-0", 1)
-        staged = await writer.stage(chunk, "alike", constants)
+        staged = await writer.stage(chunk, "alike", constants=constants)
         [segment] = staged.segments
         assert len(segment.files) >= 4
         assert json.loads(segment.value_constants or "{}") == {
@@ -291,3 +291,84 @@ async def test_fields_every_record_holds_alike_are_kept_once_and_read_back_whole
         mixed = (await topics.read("alike", ordered=True)).collect()
         assert [json.loads(r["value"])["payload"] for r in mixed[:3]] == expected[:3]
         assert mixed[-1]["value"] == b"{}"
+
+
+async def test_a_batch_given_as_arrow_pieces_is_staged_as_its_dataframe_would_be(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    """Pieces an executor reads as Arrow are written there, a file per piece in their
+    order (one that reads nothing writes none); their values' constant fields are left
+    out as the DataFrame's are; the segment holds the DataFrame's types and reads back
+    as the same records."""
+    import pyarrow as pa
+
+    from herder.connect import ArrowPieces
+
+    df = spark.session.range(30).selectExpr(
+        "struct(id) AS key",
+        "named_struct('before', CAST(NULL AS struct<id:bigint>), 'after', named_struct("
+        "'id', id, 'note', concat('n', id)), 'op', 'r') AS value",
+    )
+    after = pa.struct([pa.field("id", pa.int64()), pa.field("note", pa.string())])
+
+    def read(index: int) -> Any:
+        import pyarrow as pa
+
+        for start in (index * 10, index * 10 + 5)[: 2 if index < 3 else 0]:
+            ids = pa.array(range(start, start + 5), pa.int64())
+            notes = pa.array([f"n{i}" for i in range(start, start + 5)])
+            row = pa.StructArray.from_arrays([ids, notes], fields=list(after))
+            op = pa.array(["r"] * 5)  # a constant: the files leave it out
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.StructArray.from_arrays([ids], names=["id"]),
+                    pa.StructArray.from_arrays([row, op], names=["after", "op"]),
+                ],
+                names=["key", "value"],
+            )
+
+    constants = {"before": None, "op": "r"}
+    async with connected(ensemble, storage, spark) as topics:
+        for name in ("by-pieces", "by-spark"):
+            await topics.create(name, 1)
+        by_pieces = await SegmentWriter(topics, spark, "by-pieces-0", 1).stage(
+            df, "by-pieces", constants=constants, pieces=ArrowPieces(4, read)
+        )
+        by_spark = await SegmentWriter(topics, spark, "by-spark-0", 1).stage(
+            df, "by-spark", constants=constants
+        )
+        [piece_segment], [spark_segment] = by_pieces.segments, by_spark.segments
+        assert piece_segment.file_counts == [10, 10, 10]
+        assert [f.rsplit("/", 1)[-1][:10] for f in piece_segment.files] == [
+            "part-00000", "part-00001", "part-00002"
+        ]  # fmt: skip
+        file_schema = pq.read_schema(storage.fs_path(piece_segment.files[0]))
+        assert [f.name for f in file_schema.field("value").type] == ["after"]
+        for field in ("key_type", "value_type", "value_constants"):
+            assert getattr(piece_segment, field) == getattr(spark_segment, field), field
+        await topics.commit(by_pieces)
+        await topics.commit(by_spark)
+
+        def records(df: Any) -> list[Any]:
+            return [(r["offset"], r["key"], r["value"]) for r in df.orderBy("offset").collect()]
+
+        got = records(await topics.read("by-pieces", ordered=True))
+        assert got == records(await topics.read("by-spark", ordered=True))
+        assert [v.asDict(recursive=True) for _, _, v in got[:2]] == [
+            {"before": None, "after": {"id": i, "note": f"n{i}"}, "op": "r"} for i in (0, 1)
+        ]
+        shown = slice_rows(storage, await topics.plan_read("by-pieces", {0: (8, 12)}))
+        assert [json.loads(r["value"])["after"]["id"] for r in shown] == [8, 9, 10, 11]
+
+        # pieces whose values lack a field the segment keeps in its files: an error
+        def lacking(index: int) -> Any:
+            for batch in read(index):
+                value = batch.column("value")
+                yield pa.RecordBatch.from_arrays(
+                    [batch.column("key"), pa.StructArray.from_arrays([value.field("op")], ["op"])],
+                    names=["key", "value"],
+                )
+
+        writer = SegmentWriter(topics, spark, "by-pieces-1", 1)
+        with pytest.raises(Exception, match="no field 'after'"):
+            await writer.stage(df, "by-pieces", constants=constants, pieces=ArrowPieces(1, lacking))

@@ -47,6 +47,7 @@ from herder.connect.connector import (
 from herder.connect.records import (
     SINK_COLUMNS,
     SOURCE_BATCH_COLUMNS,
+    ArrowPieces,
     Header,
     OffsetRange,
     SourceBatch,
@@ -64,6 +65,7 @@ __all__ = [
     "SINK_COLUMNS",
     "SOURCE_BATCH_COLUMNS",
     "UNDEFINED_VERSION",
+    "ArrowPieces",
     "Connector",
     "ConnectorContext",
     "ConnectorType",

@@ -16,11 +16,12 @@ JSON round trip (str, int, float, bool, None, lists and dicts of them).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 __all__ = [
@@ -101,6 +102,22 @@ class SourceRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ArrowPieces:
+    """A SourceBatch's records as ``count`` pieces that an executor reads as Arrow, for
+    the runtime to write there as they come, without handing them to Spark's JVM.
+
+    ``read(i)`` (run on an executor: it must pickle) yields piece ``i``'s rows in
+    order, as record batches of a ``value`` column and, if the records have keys, a
+    ``key`` column: the batch DataFrame's columns, of the Arrow types of its Spark
+    types, but that the value may leave out the fields the batch names as
+    ``constants``. The pieces in order hold the DataFrame's rows in its order.
+    """
+
+    count: int
+    read: Callable[[int], Iterator[pa.RecordBatch]]
+
+
+@dataclass(frozen=True, slots=True)
 class SourceBatch:
     """A DataFrame of records for the runtime to write, and the source offsets it reaches.
 
@@ -126,6 +143,12 @@ class SourceBatch:
     leaves; readers get every record whole. It is a promise: a row whose field differs
     is read back with the constant. It is ignored when transforms change the records.
 
+    ``pieces``, if given, are the same records as Arrow pieces (:class:`ArrowPieces`):
+    when the batch goes to one partition of one topic, as ``data`` read in order, and
+    no transform changes it, the runtime writes the pieces on the executors with
+    pyarrow, each piece a segment file, rather than have Spark's JVM take every row
+    from Python and write it. ``data`` must give exactly the same records.
+
     ``check``, if given, is called after Spark wrote the batch and before it commits,
     for a DataFrame that read what was planned only if its input did not change during
     the job (a file read whole by Spark's text reader, which reads a line past its end
@@ -139,6 +162,7 @@ class SourceBatch:
     topic: str | None = None
     check: Callable[[], None] | None = None
     constants: Mapping[str, Any] | None = None
+    pieces: ArrowPieces | None = None
 
     def __post_init__(self) -> None:
         # Checked here, where the author's code is on the stack, rather than when the

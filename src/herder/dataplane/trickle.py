@@ -31,10 +31,11 @@ DataFrame), or typed records never take this path.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -151,21 +152,89 @@ def _write_file(storage: Storage, folder: str, table: pa.Table) -> None:
     (``part-<task>-<job>-c<file>``, which orders a partition's files), snappy, one row
     group, statistics only for :data:`_STATISTICS`, and Spark's own schema in the
     footer (which gives the types of typed parts, :mod:`.typed`)."""
-    storage.fs.create_dir(storage.fs_path(folder), recursive=True)
-    path = f"{folder}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    with (
-        storage.fs.open_output_stream(storage.fs_path(path)) as out,
-        pq.ParquetWriter(
-            out,
-            table.schema,
+    with _FileWriter(storage, folder, 0, table.schema) as writer:
+        writer.write(table)
+
+
+#: Rows of a piece (:func:`write_piece`) gathered into one row group, at most.
+PIECE_ROW_GROUP_ROWS: Final = 1 << 17
+
+
+def write_piece(
+    storage: Storage, folder: str, index: int, batches: Iterator[pa.RecordBatch]
+) -> int:
+    """Stage one piece of a batch (:class:`~herder.connect.ArrowPieces`), read on an
+    executor, as the file Spark's task ``index`` would write into ``folder``: its rows
+    in order, in row groups of up to :data:`PIECE_ROW_GROUP_ROWS`. Returns the rows
+    written; a piece without any writes no file."""
+    writer: _FileWriter | None = None
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if writer is None:
+                writer = _FileWriter(storage, folder, index, batch.schema)
+            pending.append(batch)
+            rows += batch.num_rows
+            if sum(b.num_rows for b in pending) >= PIECE_ROW_GROUP_ROWS:
+                writer.write(pa.Table.from_batches(pending))
+                pending = []
+        if writer is not None and pending:
+            writer.write(pa.Table.from_batches(pending))
+    except BaseException:
+        if writer is not None:
+            writer.abandon()
+        raise
+    if writer is not None:
+        writer.close()
+    return rows
+
+
+class _FileWriter:
+    """A staged file being written (see :func:`_write_file`)."""
+
+    def __init__(self, storage: Storage, folder: str, index: int, schema: pa.Schema) -> None:
+        storage.fs.create_dir(storage.fs_path(folder), recursive=True)
+        self._storage = storage
+        self.path = f"{folder}/part-{index:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+        self._schema = schema
+        self._out = storage.fs.open_output_stream(storage.fs_path(self.path))
+        self._writer = pq.ParquetWriter(
+            self._out,
+            schema,
             compression="snappy",
-            write_statistics=[c for c in _STATISTICS if c in table.column_names],
+            write_statistics=[c for c in _STATISTICS if c in schema.names],
             # Spark's footer has its own schema and no Arrow one
             store_schema=False,
-        ) as writer,
-    ):
-        writer.write_table(table, row_group_size=max(1, table.num_rows))
-        writer.add_key_value_metadata({SPARK_ROW_METADATA: spark_schema_json(table.schema)})
+        )
+
+    def write(self, table: pa.Table) -> None:
+        self._writer.write_table(table, row_group_size=max(1, table.num_rows))
+
+    def close(self) -> None:
+        self._writer.add_key_value_metadata({SPARK_ROW_METADATA: spark_schema_json(self._schema)})
+        self._writer.close()
+        self._out.close()
+
+    def abandon(self) -> None:
+        """Close and delete a file left half written."""
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        with contextlib.suppress(Exception):
+            self._out.close()
+        with contextlib.suppress(Exception):
+            self._storage.fs.delete_file(self._storage.fs_path(self.path))
+
+    def __enter__(self) -> _FileWriter:
+        return self
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abandon()
 
 
 @functools.lru_cache(maxsize=64)

@@ -35,14 +35,14 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from zlib import crc32
 
 import pyarrow.compute as pc
 
-from herder.connect.records import SOURCE_BATCH_COLUMNS, SourceRecord
+from herder.connect.records import SOURCE_BATCH_COLUMNS, ArrowPieces, SourceRecord
 from herder.dataplane.metadata import Topic
 from herder.dataplane.records import HEADERS_DDL, records_to_table
 from herder.dataplane.spark import SparkRuntime
@@ -61,7 +61,8 @@ from herder.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame, DataFrameWriter
+    from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -123,15 +124,17 @@ class SegmentWriter:
         self,
         data: Sequence[SourceRecord] | DataFrame,
         topic: str | None = None,
+        *,
         constants: Mapping[str, Any] | None = None,
+        pieces: ArrowPieces | None = None,
     ) -> StagedBatch:
         """Write ``data`` (SourceRecords, or a DataFrame of SOURCE_BATCH_COLUMNS) as a
-        batch; ``constants``: see :meth:`stage_dataframe`."""
+        batch; ``constants`` and ``pieces``: see :meth:`stage_dataframe`."""
         if isinstance(data, Sequence):
             if topic is not None:
                 raise TypeError("SourceRecords name their own topics; give no topic")
             return await self.stage_records(data)
-        return await self.stage_dataframe(data, topic, constants)
+        return await self.stage_dataframe(data, topic, constants, pieces)
 
     async def stage_records(self, records: Sequence[SourceRecord]) -> StagedBatch:
         """Stage a poll's records: Arrow built column-wise, one createDataFrame, one write."""
@@ -211,6 +214,7 @@ class SegmentWriter:
         df: DataFrame,
         topic: str | None = None,
         constants: Mapping[str, Any] | None = None,
+        pieces: ArrowPieces | None = None,
     ) -> StagedBatch:
         """Stage a DataFrame's rows (a SourceBatch's ``data``) to ``topic`` or its ``topic`` column.
 
@@ -220,6 +224,10 @@ class SegmentWriter:
         ``constants`` (field name → value) are top-level fields of a struct value that
         every row holds with that value (a SourceBatch's ``constants``): those a segment
         can keep once (:func:`~.typed.usable_constants`) are left out of the files.
+
+        ``pieces`` are the same rows as Arrow pieces (a SourceBatch's ``pieces``): a
+        batch whose rows all go to one partition is then written on the executors
+        with pyarrow, a file per piece (:meth:`_stage_pieces`).
         """
         # the schema, from the JVM: on a job thread, not the event loop
         types: dict[str, str] = await self.spark.run(lambda: dict(df.dtypes), pool=self.pool)
@@ -228,7 +236,7 @@ class SegmentWriter:
             df, types, kept = await self.spark.run(
                 _without_constants, df, constants, pool=self.pool
             )
-        batch = await self._stage_dataframe(df, types, topic)
+        batch = await self._stage_dataframe(df, types, topic, pieces)
         if kept is None:
             return batch
         stored, usable = kept
@@ -239,7 +247,7 @@ class SegmentWriter:
         return dataclasses.replace(batch, segments=segments)
 
     async def _stage_dataframe(
-        self, df: DataFrame, types: dict[str, str], topic: str | None
+        self, df: DataFrame, types: dict[str, str], topic: str | None, pieces: ArrowPieces | None
     ) -> StagedBatch:
         columns = set(types)
         if "value" not in columns:
@@ -257,6 +265,8 @@ class SegmentWriter:
             ):
                 # no partitions of the rows' own, and no keys to spread the rows or
                 # nowhere to spread them: every row goes to one partition
+                if pieces is not None and "headers" not in types and "timestamp" not in types:
+                    return await self._stage_pieces(df, pieces, topics[topic])
                 return await self._stage_in_order(df, types, topics[topic])
         elif "topic" in columns:
             topics = await self._resolve(await self.spark.run(_distinct_topics, df, pool=self.pool))
@@ -323,6 +333,42 @@ class SegmentWriter:
                 time.monotonic() - written,
             )
             return segments
+
+        segments = await self.spark.run(job, pool=self.pool)
+        return self._staged_batch(batch, segments, {topic.name: topic})
+
+    async def _stage_pieces(self, df: DataFrame, pieces: ArrowPieces, topic: Topic) -> StagedBatch:
+        """Stage rows that all go to one partition, given as Arrow pieces, as
+        :meth:`_stage_in_order` stages their DataFrame: the same files in the same order
+        (one per piece, named as Spark's task of its index would name it), but written
+        by each piece's executor with pyarrow, as it reads them. Spark's JVM never takes
+        the rows: a snapshot chunk of 500,000 rows read by ADBC is staged in 0.5 s
+        rather than 0.7 s. The types are the DataFrame's, as Spark would have stored."""
+        batch = await self._allocate()
+        sticky = self._sticky({topic.name: topic.partitions})
+        now = self.topics.clock()
+        path = batch_dir(self.task, self.epoch, batch)
+        folder = f"{path}/topic={topic.name}/partition={sticky[topic.name]}"
+
+        def job() -> list[StagedSegment]:
+            schema = df.schema
+            types = part_types(schema.json().encode())
+            began = time.monotonic()
+            _write_pieces(self.spark.session, self.storage.root, folder, pieces, schema)
+            written = time.monotonic()
+            segments = _describe(self.storage, path, positional=True, timestamp=now)
+            log.debug(
+                "task %s: executors wrote batch %s in %d pieces in %.3f s, described in %.3f s",
+                self.task,
+                path,
+                pieces.count,
+                written - began,
+                time.monotonic() - written,
+            )
+            return [
+                dataclasses.replace(s, key_type=types.get("key"), value_type=types.get("value"))
+                for s in segments
+            ]
 
         segments = await self.spark.run(job, pool=self.pool)
         return self._staged_batch(batch, segments, {topic.name: topic})
@@ -576,6 +622,62 @@ def _file_order(path: str) -> tuple[int, int, str]:
     """Sorts Spark's output files by task, then by file within the task (``c000``, …)."""
     found = _PART_FILE.match(path.rsplit("/", 1)[-1])
     return (int(found[1]), int(found[2]), path) if found else (-1, -1, path)
+
+
+def _write_pieces(
+    session: SparkSession, root: str, folder: str, pieces: ArrowPieces, schema: StructType
+) -> None:
+    """Have Spark's executors write each of ``pieces`` into ``folder`` (under storage
+    ``root``): a Spark task a piece, reading it and writing it as a segment file with
+    pyarrow (:func:`~herder.dataplane.trickle.write_piece`), with the columns of
+    ``schema`` (a batch DataFrame's, as a segment keeps them): its value's fields only,
+    if it is a struct (a piece's value may hold more)."""
+    read = pieces.read
+    has_key = "key" in schema.names
+    value_type = schema["value"].dataType
+    keep = [f.name for f in value_type.fields] if hasattr(value_type, "fields") else None
+
+    def write(numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        from herder.dataplane.storage import Storage
+        from herder.dataplane.trickle import write_piece
+
+        storage = Storage(root)
+        for batch in numbers:
+            for index in batch.column(0).to_pylist():
+                segment_rows = (_segment_columns(b, has_key, keep) for b in read(index))
+                rows = write_piece(storage, folder, index, segment_rows)
+                yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+    count = pieces.count
+    session.range(0, count, 1, count).mapInArrow(write, "rows long").collect()
+
+
+def _segment_columns(
+    batch: pa.RecordBatch, has_key: bool, keep: Sequence[str] | None
+) -> pa.RecordBatch:
+    """A piece's batch as a segment file's columns: ``key`` if the records have keys,
+    and ``value``, with the struct fields ``keep`` (all of them if None)."""
+    import pyarrow as pa
+
+    names = batch.schema.names
+    missing = [c for c in (["key"] if has_key else []) + ["value"] if c not in names]
+    if missing:
+        raise ValueError(f"a piece's batch has no {missing[0]} column (it has {names})")
+    value = batch.column("value")
+    if keep is not None and [f.name for f in value.type] != list(keep):
+        fields = {f.name: f for f in value.type}
+        lacking = [name for name in keep if name not in fields]
+        if lacking:
+            raise ValueError(f"a piece's values have no field {lacking[0]!r}")
+        value = pa.StructArray.from_arrays(
+            [value.field(name) for name in keep],
+            fields=[fields[name] for name in keep],
+            mask=value.is_null(),
+        )
+    columns = ([batch.column("key")] if has_key else []) + [value]
+    return pa.RecordBatch.from_arrays(columns, names=(["key"] if has_key else []) + ["value"])
 
 
 def _without_constants(

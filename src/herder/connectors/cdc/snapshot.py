@@ -20,7 +20,7 @@ batch, so a snapshot interrupted by a crash resumes after the last finished chun
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +35,11 @@ from herder.connectors.jdbc.postgres import (
 from herder.connectors.jdbc.reading import key_ranges, piece_count
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
+    from herder.connect import ArrowPieces
     from herder.connectors.cdc.events import TableShape
 
 _INTEGER_TYPES = ("smallint", "integer", "bigint")
@@ -264,15 +267,69 @@ def read_chunk(
 ) -> DataFrame:
     """The chunk's rows as exported ``snapshot`` sees them, read on the executors when
     Spark runs the job that writes them."""
-    from pyspark.sql.types import StructField, StructType
-
     from herder.connectors.jdbc.reading import jdbc_dataframe
 
-    columns = ", ".join(quote(c.name) for c in shape.columns)
-    schema = StructType([StructField(f.name, f.dataType, True) for f in shape.row_type.fields])
     return jdbc_dataframe(
-        session, dsn, f"SELECT {columns} FROM {shape.table.sql}", schema, chunk.pieces, snapshot
+        session, dsn, _chunk_query(shape), _read_schema(shape), chunk.pieces, snapshot
     )
+
+
+def _chunk_query(shape: TableShape) -> str:
+    columns = ", ".join(quote(c.name) for c in shape.columns)
+    return f"SELECT {columns} FROM {shape.table.sql}"
+
+
+def _read_schema(shape: TableShape) -> StructType:
+    """The rows' Spark schema as read: every column optional."""
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([StructField(f.name, f.dataType, True) for f in shape.row_type.fields])
+
+
+def snapshot_pieces(
+    dsn: str,
+    shape: TableShape,
+    chunk: Chunk,
+    snapshot: str | None,
+    touched: Sequence[dict[str, Any]],
+) -> ArrowPieces | None:
+    """The chunk's ``r`` events as Arrow pieces (a SourceBatch's ``pieces``): what
+    :func:`snapshot_events` gives, each piece's rows as its executor reads them, with a
+    key and a value of ``after`` alone (the rest of the envelope is the batch's
+    ``constants``). None if rows must be left out by a key of several columns (the
+    DataFrame joins those away)."""
+    from herder.connect import ArrowPieces
+    from herder.connectors.jdbc.reading import piece_statements
+
+    names = [c.name for c in shape.columns]
+    key_columns = [names.index(k) for k in shape.key]
+    left_out: list[int] = []
+    if touched:
+        if not splittable(shape):
+            return None
+        left_out = sorted({int(k[shape.key[0]]) for k in touched})
+    statements = piece_statements(_chunk_query(shape), chunk.pieces)
+    schema = _read_schema(shape)
+
+    def read(index: int) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from herder.connectors.jdbc.reading import read_piece
+
+        for batch in read_piece(dsn, statements[index], schema, snapshot):
+            if left_out:
+                key = batch.column(key_columns[0])
+                batch = batch.filter(pc.invert(pc.is_in(key, pa.array(left_out, key.type))))
+            key = pa.StructArray.from_arrays(
+                [batch.column(i) for i in key_columns],
+                fields=[batch.schema.field(i) for i in key_columns],
+            )
+            after = pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
+            value = pa.StructArray.from_arrays([after], fields=[pa.field("after", after.type)])
+            yield pa.RecordBatch.from_arrays([key, value], names=["key", "value"])
+
+    return ArrowPieces(len(statements), read)
 
 
 def snapshot_events(

@@ -46,6 +46,7 @@ from herder.connectors.cdc.snapshot import (
     snapshot_constants,
     snapshot_end,
     snapshot_events,
+    snapshot_pieces,
 )
 from herder.connectors.jdbc.postgres import (
     Column,
@@ -667,6 +668,7 @@ class PostgresCdcSourceTask(SourceTask):
             shape.topic,
             check=self._release_snapshot,
             constants=snapshot_constants(source, now),
+            pieces=snapshot_pieces(self.database.libpq(), shape, chunk, self._exported.id, touched),
         )
         self._queue.append((chunk_batch, reached))
         self.snapshot = after

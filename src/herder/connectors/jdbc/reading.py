@@ -124,7 +124,7 @@ def jdbc_dataframe(
     """The rows of ``query`` (SQL) with ``schema``, one Spark partition per condition of
     ``pieces``, in their order; with ``snapshot``, as that exported snapshot sees them
     (every piece the same database state, read whenever Spark runs the job)."""
-    statements = [f"SELECT * FROM ({query}) AS q WHERE {condition}" for condition in pieces]
+    statements = piece_statements(query, pieces)
 
     def read(numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in numbers:
@@ -133,3 +133,8 @@ def jdbc_dataframe(
 
     count = len(statements)
     return session.range(0, count, 1, count).mapInArrow(read, schema)
+
+
+def piece_statements(query: str, pieces: Sequence[str]) -> list[str]:
+    """The SQL that reads each piece: ``query``'s rows that meet its condition."""
+    return [f"SELECT * FROM ({query}) AS q WHERE {condition}" for condition in pieces]
