@@ -30,7 +30,11 @@ keeps the plan small. The columns are those of Spark's Kafka source
 Typed keys and values (:mod:`.typed`) are read as the segments' Spark types, merged
 when they differ (a column added upstream: older records have it null); a read that
 mixes typed segments with segments of bytes gives bytes, the typed values as
-JsonConverter's envelope (:func:`~herder.dataplane.schemas.encode_column`).
+JsonConverter's envelope (:func:`~herder.dataplane.schemas.encode_column`). Fields of
+a typed value that a segment keeps once rather than in its files
+(:attr:`Segment.value_constants <herder.dataplane.metadata.Segment.value_constants>`)
+are put back as literals in the projection of each of its files, so such files are
+always read file by file.
 
 The CLI reads a slice at a time with pyarrow instead, a batch of records at a time: no
 JVM to start for a ``consume`` of a few records.

@@ -25,6 +25,13 @@ Python.
 
 What a segment holds (count, newest timestamp) is read from the Parquet footers Spark
 wrote, and its size from the file listing, so the write is the batch's only Spark job.
+
+A SourceBatch may say which fields of its values every record holds alike (its
+``constants``, see :mod:`.typed`): the files leave them out. It may also give its rows
+as Arrow pieces (:class:`~herder.connect.ArrowPieces`), as a table read through ADBC
+is: a batch into one partition is then written by the executors themselves, a file per
+piece with pyarrow, laid out as Spark's write would lay it out
+(:meth:`SegmentWriter._stage_pieces`).
 """
 
 from __future__ import annotations
