@@ -3,6 +3,7 @@ as the runtime commits them, then the task told), and the events a batch holds."
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from typing import Any
 
@@ -74,7 +75,33 @@ def events_of(batch: SourceBatch) -> list[Event]:
         for row in typed.collect():
             data = row.asDict(recursive=True)
             found.append((data["_n"], (topic, data.get("_key"), data.get("_value"))))
-    return [event for _, event in sorted(found, key=lambda e: e[0])]
+    events = [event for _, event in sorted(found, key=lambda e: e[0])]
+    if batch.pieces is not None:
+        # the pieces the executors write when nothing transforms the batch: the same
+        # keys and rows, the rest of each envelope the batch's constants
+        assert batch.constants is not None
+        assert piece_events(batch) == [
+            (t, k, {**(v or {}), **batch.constants}) for t, k, v in events
+        ]  # fmt: skip
+    return events
+
+
+def piece_events(batch: SourceBatch) -> list[Event]:
+    """The events of a batch's Arrow pieces (read here), their values whole: timestamps
+    as the session's (UTC) wall clock, as Spark gives them."""
+    assert batch.pieces is not None and batch.topic is not None and batch.constants
+    events: list[Event] = []
+    for index in range(batch.pieces.count):
+        for part in batch.pieces.read(index):
+            for key, value in zip(
+                part.column(0).to_pylist(), part.column(1).to_pylist(), strict=True
+            ):
+                after = {
+                    k: v.replace(tzinfo=None) if isinstance(v, dt.datetime) else v
+                    for k, v in value["after"].items()
+                }
+                events.append((batch.topic, key, {**batch.constants, **value, "after": after}))
+    return events
 
 
 def poll_events(

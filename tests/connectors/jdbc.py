@@ -3,6 +3,7 @@ offsets), and the rows a batch holds, from its typed records."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -67,7 +68,25 @@ def rows_of(batch: SourceBatch) -> list[dict[str, Any]]:
     from pyspark.sql import types as T
 
     assert isinstance(batch.data.schema["value"].dataType, T.StructType)
-    return [row.asDict(recursive=True) for row in batch.data.select("value.*").collect()]
+    rows = [row.asDict(recursive=True) for row in batch.data.select("value.*").collect()]
+    if batch.pieces is not None:
+        # the same rows as the pieces the executors write when nothing transforms them
+        assert piece_rows(batch) == rows
+    return rows
+
+
+def piece_rows(batch: SourceBatch) -> list[dict[str, Any]]:
+    """The rows of a batch's Arrow pieces (read here), as Spark gives them: timestamps
+    as the session's (UTC) wall clock."""
+    assert batch.pieces is not None
+    rows = []
+    for index in range(batch.pieces.count):
+        for part in batch.pieces.read(index):
+            rows += part.column(part.schema.get_field_index("value")).to_pylist()
+    return [
+        {k: v.replace(tzinfo=None) if isinstance(v, dt.datetime) else v for k, v in row.items()}
+        for row in rows
+    ]
 
 
 def poll_rows(task: JdbcSourceTask, offsets: Offsets | None = None) -> list[dict[str, Any]]:

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from herder.connect import ArrowPieces
+
 
 def piece_count(rows: int, split_rows: int, parallelism: int | None) -> int:
     """How many pieces ``rows`` rows are read in: pieces of at most about ``split_rows``,
@@ -138,3 +140,21 @@ def jdbc_dataframe(
 def piece_statements(query: str, pieces: Sequence[str]) -> list[str]:
     """The SQL that reads each piece: ``query``'s rows that meet its condition."""
     return [f"SELECT * FROM ({query}) AS q WHERE {condition}" for condition in pieces]
+
+
+def row_pieces(dsn: str, query: str, schema: StructType, pieces: Sequence[str]) -> ArrowPieces:
+    """The rows :func:`jdbc_dataframe` reads, each a typed value (a struct of its
+    columns), as Arrow pieces (a SourceBatch's ``pieces``): the executors write them
+    as they read them."""
+    from herder.connect import ArrowPieces
+
+    statements = piece_statements(query, pieces)
+
+    def read(index: int) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        for batch in read_piece(dsn, statements[index], schema):
+            value = pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
+            yield pa.RecordBatch.from_arrays([value], names=["value"])
+
+    return ArrowPieces(len(statements), read)

@@ -637,14 +637,13 @@ class JdbcSourceTask(SourceTask):
     def _batch(self, reader: _TableReader, window: _Window) -> SourceBatch:
         from pyspark.sql import functions as F
 
-        from herder.connectors.jdbc.reading import jdbc_dataframe
+        from herder.connectors.jdbc.reading import jdbc_dataframe, row_pieces
         from herder.dataplane.spark import spark_runtime
 
         runtime = spark_runtime()
         pieces = reader.pieces(window, runtime.parallelism)
-        rows = jdbc_dataframe(
-            runtime.session, self.database.libpq(), reader.base, reader.schema, pieces
-        )
+        dsn = self.database.libpq()
+        rows = jdbc_dataframe(runtime.session, dsn, reader.base, reader.schema, pieces)
         # the row as a typed value: a struct of the table's columns, stored as it is
         data = rows.select(F.struct(*[F.col(f"`{c}`") for c in rows.columns]).alias("value"))
         offsets = [(reader.partition, window.offset)] if window.offset is not None else []
@@ -658,7 +657,12 @@ class JdbcSourceTask(SourceTask):
         )
         if window.offset is not None:
             reader.offset = window.offset
-        return SourceBatch(data, offsets, reader.topic)
+        return SourceBatch(
+            data,
+            offsets,
+            reader.topic,
+            pieces=row_pieces(dsn, reader.base, reader.schema, pieces),
+        )
 
     def stop(self) -> None:
         self._stopping.set()
