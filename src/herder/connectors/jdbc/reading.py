@@ -17,6 +17,7 @@ batch after; ``mapInArrow`` runs only in the executors' Python workers.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -97,11 +98,23 @@ def read_piece(
         done = True
     finally:
         if done:
+            if not _KEPT:
+                # closed before the interpreter's teardown, whose collection of them
+                # would print a driver's complaint on the way out
+                atexit.register(_close_kept)
             _KEPT[dsn] = conn
         elif conn is not None:
             # stopped midway (an error, or the reader went away): nothing to keep
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def _close_kept() -> None:
+    atexit.unregister(_close_kept)
+    while _KEPT:
+        _, conn = _KEPT.popitem()
+        with contextlib.suppress(Exception):
+            conn.close()
 
 
 def _begin(conn: Any, snapshot: str | None) -> None:
