@@ -326,3 +326,42 @@ def test_the_default_put_arrow_puts_the_table_as_a_dataframe_a_range_a_partition
         assert task.parts == [rows[0:2], rows[2:5], rows[5:10]]
     else:
         assert [r for part in task.parts for r in part] == rows
+
+
+def test_a_piece_is_cut_into_files_in_order_and_a_failed_one_leaves_none(
+    storage: Storage,
+) -> None:
+    """A piece an executor writes (``write_piece``) starts a new file every so many
+    rows, named as Spark's task would name them; a piece whose read fails midway
+    leaves no file, finished or not; a batch is the files its pieces returned, not
+    whatever else its folder holds (an attempt of a task that failed, or a twin)."""
+    from herder.dataplane.trickle import write_piece
+    from herder.dataplane.writer import _describe
+
+    def rows(start: int, count: int, fail_after: int | None = None) -> Any:
+        for first in range(start, start + count, 5):
+            if fail_after is not None and first - start >= fail_after:
+                raise RuntimeError("the database went away")
+            values = pa.array([b"r%d" % i for i in range(first, first + 5)])
+            yield pa.RecordBatch.from_arrays([values], names=["value"])
+
+    folder = "_staging/pieces-e1/0000000000/topic=t/partition=0"
+    first = write_piece(storage, folder, 0, rows(0, 15), 6)
+    assert [(re.sub(r"-[0-9a-f-]{36}-", "-*-", p.rsplit("/", 1)[-1]), n) for p, n in first] == [
+        ("part-00000-*-c000.snappy.parquet", 6),
+        ("part-00000-*-c001.snappy.parquet", 6),
+        ("part-00000-*-c002.snappy.parquet", 3),
+    ]
+    with pytest.raises(RuntimeError, match="went away"):
+        write_piece(storage, folder, 1, rows(15, 15, fail_after=10), 6)
+    second = write_piece(storage, folder, 1, rows(15, 15), 100)
+    # a twin of piece 1, as a speculative attempt would leave
+    write_piece(storage, folder, 1, rows(15, 15), 100)
+    listed = [e.path for e in storage.list_dir(folder)]
+    assert len(listed) == 5
+    files = [p for p, _ in first + second]
+    [segment] = _describe(storage, folder.rsplit("/", 2)[0], positional=True, timestamp=NOW,
+                          only=files)  # fmt: skip
+    assert segment.files == files and segment.file_counts == [6, 6, 3, 15]
+    read = pa.concat_tables(pq.read_table(storage.fs_path(p)) for p in segment.files)
+    assert read["value"].to_pylist() == [b"r%d" % i for i in range(30)]

@@ -372,3 +372,13 @@ async def test_a_batch_given_as_arrow_pieces_is_staged_as_its_dataframe_would_be
         writer = SegmentWriter(topics, spark, "by-pieces-1", 1)
         with pytest.raises(Exception, match="no field 'after'"):
             await writer.stage(df, "by-pieces", constants=constants, pieces=ArrowPieces(1, lacking))
+
+        # a constant a segment cannot keep once (not of its field's type): the files must
+        # hold the field, which the pieces leave out, so Spark writes the DataFrame
+        staged = await writer.stage(
+            df, "by-pieces", constants={**constants, "op": 5}, pieces=ArrowPieces(4, read)
+        )
+        [segment] = staged.segments
+        assert json.loads(segment.value_constants or "{}") == {"before": None}
+        file_schema = pq.read_schema(storage.fs_path(segment.files[0]))
+        assert [f.name for f in file_schema.field("value").type] == ["after", "op"]

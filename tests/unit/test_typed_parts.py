@@ -99,6 +99,12 @@ def test_only_fields_a_segment_can_keep_once_are_constants() -> None:
                   {"day": "2024-05-01"}, {"at": {"lsn": "x"}}, {"at": {"other": 1}}):  # fmt: skip
         assert usable_constants(stored, wrong) == {}, wrong
     assert usable_constants(stored, {"day": None}) == {"day": None}
+    # integers within their type's range only
+    assert usable_constants(stored, {"n": 2**63 - 1}) == {"n": 2**63 - 1}
+    assert usable_constants(stored, {"n": 2**63}) == {}
+    small = json.dumps(struct(("s", "short", True), ("b", "byte", True), ("x", "long", True)))
+    assert usable_constants(small, {"s": -32768, "b": 127}) == {"s": -32768, "b": 127}
+    assert usable_constants(small, {"s": 32768}) == usable_constants(small, {"b": -129}) == {}
     # every field alike: the first stays in the files
     two = json.dumps(struct(("a", "long", True), ("b", "string", True)))
     assert usable_constants(two, {"a": 1, "b": "x"}) == {"b": "x"}

@@ -161,44 +161,72 @@ PIECE_ROW_GROUP_ROWS: Final = 1 << 17
 
 
 def write_piece(
-    storage: Storage, folder: str, index: int, batches: Iterator[pa.RecordBatch]
-) -> int:
+    storage: Storage,
+    folder: str,
+    index: int,
+    batches: Iterator[pa.RecordBatch],
+    max_rows_per_file: int,
+) -> list[tuple[str, int]]:
     """Stage one piece of a batch (:class:`~herder.connect.ArrowPieces`), read on an
-    executor, as the file Spark's task ``index`` would write into ``folder``: its rows
-    in order, in row groups of up to :data:`PIECE_ROW_GROUP_ROWS`. Returns the rows
-    written; a piece without any writes no file."""
+    executor, as Spark's task ``index`` would write it into ``folder``: its rows in
+    order, in row groups of up to :data:`PIECE_ROW_GROUP_ROWS`, a new file (``c001``,
+    …) every ``max_rows_per_file`` rows. Returns each file written and its rows; a piece
+    without any writes none. A piece that fails leaves no file of its own behind."""
+    files: list[tuple[str, int]] = []
     writer: _FileWriter | None = None
     pending: list[pa.RecordBatch] = []
-    rows = 0
-    try:
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            if writer is None:
-                writer = _FileWriter(storage, folder, index, batch.schema)
-            pending.append(batch)
-            rows += batch.num_rows
-            if sum(b.num_rows for b in pending) >= PIECE_ROW_GROUP_ROWS:
-                writer.write(pa.Table.from_batches(pending))
-                pending = []
-        if writer is not None and pending:
+    in_file = 0
+
+    def flush() -> None:
+        nonlocal pending
+        if pending:
+            assert writer is not None
             writer.write(pa.Table.from_batches(pending))
+            pending = []
+
+    try:
+        for whole in batches:
+            start = 0
+            while start < whole.num_rows:
+                if writer is None:
+                    writer = _FileWriter(storage, folder, index, whole.schema, len(files))
+                    in_file = 0
+                batch = whole.slice(start, max_rows_per_file - in_file)
+                start += batch.num_rows
+                in_file += batch.num_rows
+                pending.append(batch)
+                if sum(b.num_rows for b in pending) >= PIECE_ROW_GROUP_ROWS:
+                    flush()
+                if in_file >= max_rows_per_file:
+                    flush()
+                    writer.close()
+                    files.append((writer.path, in_file))
+                    writer = None
+        if writer is not None:
+            flush()
+            writer.close()
+            files.append((writer.path, in_file))
+            writer = None
     except BaseException:
         if writer is not None:
             writer.abandon()
+        for path, _rows in files:
+            with contextlib.suppress(Exception):
+                storage.fs.delete_file(storage.fs_path(path))
         raise
-    if writer is not None:
-        writer.close()
-    return rows
+    return files
 
 
 class _FileWriter:
-    """A staged file being written (see :func:`_write_file`)."""
+    """A staged file being written (see :func:`_write_file`): file ``number`` (``c000``,
+    …) of Spark's task ``index``."""
 
-    def __init__(self, storage: Storage, folder: str, index: int, schema: pa.Schema) -> None:
+    def __init__(
+        self, storage: Storage, folder: str, index: int, schema: pa.Schema, number: int = 0
+    ) -> None:
         storage.fs.create_dir(storage.fs_path(folder), recursive=True)
         self._storage = storage
-        self.path = f"{folder}/part-{index:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+        self.path = f"{folder}/part-{index:05d}-{uuid.uuid4()}-c{number:03d}.snappy.parquet"
         self._schema = schema
         self._out = storage.fs.open_output_stream(storage.fs_path(self.path))
         self._writer = pq.ParquetWriter(
@@ -219,9 +247,10 @@ class _FileWriter:
         self._out.close()
 
     def abandon(self) -> None:
-        """Close and delete a file left half written."""
-        with contextlib.suppress(Exception):
-            self._writer.close()
+        """Delete a file left half written, without finishing it: a file with its
+        footer would be a readable part of a piece."""
+        # the writer must not finish the file when it is collected either
+        self._writer.is_open = False
         with contextlib.suppress(Exception):
             self._out.close()
         with contextlib.suppress(Exception):

@@ -199,6 +199,9 @@ def _fits(value: Any, dtype: Any) -> bool:
             return False
         if kind is float:
             return isinstance(value, int | float) and math.isfinite(value)
+        if kind is int:
+            bits = {"byte": 8, "short": 16, "integer": 32, "long": 64}[dtype]
+            return isinstance(value, int) and -(2 ** (bits - 1)) <= value < 2 ** (bits - 1)
         return isinstance(value, kind)
     if isinstance(dtype, dict) and dtype.get("type") == "struct" and isinstance(value, dict):
         fields = {f["name"]: f["type"] for f in dtype["fields"]}

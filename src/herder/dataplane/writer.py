@@ -42,7 +42,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from zlib import crc32
@@ -243,6 +243,10 @@ class SegmentWriter:
             df, types, kept = await self.spark.run(
                 _without_constants, df, constants, pool=self.pool
             )
+        if pieces is not None and constants and (kept is None or set(kept[1]) != set(constants)):
+            # pieces may leave out every field the source calls constant, but the files
+            # must hold those a segment cannot keep once: Spark writes them from ``df``
+            pieces = None
         batch = await self._stage_dataframe(df, types, topic, pieces)
         if kept is None:
             return batch
@@ -341,7 +345,8 @@ class SegmentWriter:
     async def _stage_pieces(self, df: DataFrame, pieces: ArrowPieces, topic: Topic) -> StagedBatch:
         """Stage rows that all go to one partition, given as Arrow pieces, as
         :meth:`_stage_in_order` stages their DataFrame: the same files in the same order
-        (one per piece, named as Spark's task of its index would name it), but written
+        (one per piece, and one more every :data:`MAX_RECORDS_PER_FILE` rows, named as
+        Spark's task of its index would name them), but written
         by each piece's executor with pyarrow, as it reads them. Spark's JVM never takes
         the rows: a snapshot chunk of 500,000 rows read by ADBC in 4 pieces on 2 cores is
         written in 0.55-0.7 s rather than 1.0 s. The types are the DataFrame's, as Spark
@@ -372,14 +377,19 @@ class SegmentWriter:
         return self._staged_batch(batch, segments, {topic.name: topic})
 
     def _written_in_order(
-        self, path: str, how: str, write: Callable[[], None], shared: int | None
+        self,
+        path: str,
+        how: str,
+        write: Callable[[], Collection[str] | None],
+        shared: int | None,
     ) -> list[StagedSegment]:
         """The segments of batch ``path`` once ``write`` wrote each partition's files in
-        order (``shared``: the timestamp of every record, if the files have none)."""
+        order (``shared``: the timestamp of every record, if the files have none): the
+        files ``write`` returns, or if None every file of the batch."""
         began = time.monotonic()
-        write()
+        files = write()
         written = time.monotonic()
-        segments = _describe(self.storage, path, positional=True, timestamp=shared)
+        segments = _describe(self.storage, path, positional=True, timestamp=shared, only=files)
         log.debug(
             "task %s: %s batch %s in %.3f s, described in %.3f s",
             self.task,
@@ -643,16 +653,17 @@ def _file_order(path: str) -> tuple[int, int, str]:
 
 def _write_pieces(
     session: SparkSession, root: str, folder: str, pieces: ArrowPieces, schema: StructType
-) -> None:
+) -> list[str]:
     """Have Spark's executors write each of ``pieces`` into ``folder`` (under storage
     ``root``): a Spark task a piece, reading it and writing it as a segment file with
     pyarrow (:func:`~herder.dataplane.trickle.write_piece`), with the columns of
     ``schema`` (a batch DataFrame's, as a segment keeps them): its value's fields only,
-    if it is a struct (a piece's value may hold more)."""
+    if it is a struct (a piece's value may hold more). Returns the files written."""
     read = pieces.read
     has_key = "key" in schema.names
     value_type = schema["value"].dataType
     keep = [f.name for f in value_type.fields] if hasattr(value_type, "fields") else None
+    per_file = MAX_RECORDS_PER_FILE
 
     def write(numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -664,11 +675,14 @@ def _write_pieces(
         for batch in numbers:
             for index in batch.column(0).to_pylist():
                 segment_rows = (_segment_columns(b, has_key, keep) for b in read(index))
-                rows = write_piece(storage, folder, index, segment_rows)
-                yield pa.RecordBatch.from_pydict({"rows": [rows]})
+                files = write_piece(storage, folder, index, segment_rows, per_file)
+                yield pa.RecordBatch.from_pydict({"path": [path for path, _ in files]})
 
     count = pieces.count
-    session.range(0, count, 1, count).mapInArrow(write, "rows long").collect()
+    # one result per piece, from the task attempt that succeeded: the files a batch is
+    # made of (an attempt that failed, or a speculative twin, may have left others)
+    found = session.range(0, count, 1, count).mapInArrow(write, "path string").collect()
+    return [row["path"] for row in found]
 
 
 def _segment_columns(
@@ -709,15 +723,23 @@ def _without_constants(
     usable = usable_constants(stored, constants)
     if not usable:
         return df, dict(df.dtypes), None
-    lean = df.withColumn("value", F.col("value").dropFields(*usable))
+    # quoted: dropFields takes a name with a dot for a path into nested structs
+    names = ["`" + name.replace("`", "``") + "`" for name in usable]
+    lean = df.withColumn("value", F.col("value").dropFields(*names))
     return lean, dict(lean.dtypes), (stored, usable)
 
 
 def _describe(
-    storage: Storage, batch: str, *, positional: bool = False, timestamp: int | None = None
+    storage: Storage,
+    batch: str,
+    *,
+    positional: bool = False,
+    timestamp: int | None = None,
+    only: Collection[str] | None = None,
 ) -> list[StagedSegment]:
     """The segments of a written batch, from its file listing and Parquet footers; their
-    files are on disk when this returns (they are committed next).
+    files are on disk when this returns (they are committed next). ``only``: the files
+    the batch is made of, if not every file it has.
 
     ``positional``: each partition's files were written in order, without ``seq`` (see
     :func:`_write_partition`); the segments then say how many records each file holds,
@@ -731,6 +753,8 @@ def _describe(
             continue
         topic_dir, partition_dir, name = parts
         if name.startswith((".", "_")) or not topic_dir.startswith("topic="):
+            continue
+        if only is not None and entry.path not in only:
             continue
         key = (topic_dir[len("topic=") :], int(partition_dir[len("partition=") :]))
         found.setdefault(key, []).append((entry.path, entry.size))

@@ -56,9 +56,11 @@ def key_ranges(low: int, high: int, count: int) -> list[tuple[int, int]]:
 
 #: Connections of this process (an executor's Python worker), by DSN, kept from one
 #: piece to the next: a connection costs 0.03 s to open (the password's SCRAM
-#: exchange), a quarter of reading a piece of 125,000 rows. Spark ends a Python worker
-#: after a minute idle, and its connections with it.
+#: exchange), a quarter of reading a piece of 125,000 rows. One per database and user
+#: a worker has read from; Spark ends a Python worker idle for a minute, and its
+#: connections with it.
 _KEPT: dict[str, Any] = {}
+_closing_at_exit = False
 
 
 def read_piece(
@@ -98,19 +100,28 @@ def read_piece(
         done = True
     finally:
         if done:
-            if not _KEPT:
-                # closed before the interpreter's teardown, whose collection of them
-                # would print a driver's complaint on the way out
-                atexit.register(_close_kept)
-            _KEPT[dsn] = conn
+            _keep(dsn, conn)
         elif conn is not None:
             # stopped midway (an error, or the reader went away): nothing to keep
             with contextlib.suppress(Exception):
                 conn.close()
 
 
+def _keep(dsn: str, conn: Any) -> None:
+    global _closing_at_exit
+    if not _closing_at_exit:
+        # closed before the interpreter's teardown, whose collection of them would
+        # print a driver's complaint on the way out
+        atexit.register(_close_kept)
+        _closing_at_exit = True
+    other = _KEPT.pop(dsn, None)
+    if other is not None and other is not conn:
+        with contextlib.suppress(Exception):
+            other.close()
+    _KEPT[dsn] = conn
+
+
 def _close_kept() -> None:
-    atexit.unregister(_close_kept)
     while _KEPT:
         _, conn = _KEPT.popitem()
         with contextlib.suppress(Exception):
