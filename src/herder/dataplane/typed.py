@@ -134,14 +134,17 @@ def ddl(stored: str) -> str:
     return _ddl(json.loads(stored))
 
 
+def sql_name(name: str) -> str:
+    """A field or column name quoted for Spark's SQL (and its DDL)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _ddl(dtype: Any) -> str:
     if isinstance(dtype, str):
         return _DDL_NAMES.get(dtype, dtype)
     kind = dtype["type"]
     if kind == "struct":
-        inner = ",".join(
-            "`" + f["name"].replace("`", "``") + "`:" + _ddl(f["type"]) for f in dtype["fields"]
-        )
+        inner = ",".join(sql_name(f["name"]) + ":" + _ddl(f["type"]) for f in dtype["fields"])
         return f"struct<{inner}>"
     if kind == "array":
         return f"array<{_ddl(dtype['elementType'])}>"
@@ -220,7 +223,7 @@ def restored_sql(column: str, stored: str, constants: Mapping[str, Any]) -> str:
     fields of ``constants`` absent from its files) with those fields put back: null
     values stay null."""
     names = [f["name"] for f in json.loads(stored)["fields"]]
-    read = {name: f"{column}.`{name.replace('`', '``')}`" for name in names}
+    read = {name: f"{column}.{sql_name(name)}" for name in names}
     return f"if({column} IS NULL, NULL, {struct_sql(stored, constants, read)})"
 
 

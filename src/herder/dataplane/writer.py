@@ -61,6 +61,7 @@ from herder.dataplane.typed import (
     BYTES_TYPES,
     SPARK_ROW_METADATA,
     part_types,
+    sql_name,
     type_json,
     usable_constants,
 )
@@ -724,7 +725,7 @@ def _without_constants(
     if not usable:
         return df, dict(df.dtypes), None
     # quoted: dropFields takes a name with a dot for a path into nested structs
-    names = ["`" + name.replace("`", "``") + "`" for name in usable]
+    names = [sql_name(name) for name in usable]
     lean = df.withColumn("value", F.col("value").dropFields(*names))
     return lean, dict(lean.dtypes), (stored, usable)
 

@@ -348,7 +348,7 @@ def snapshot_events(
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from herder.dataplane.typed import struct_sql, type_json
+    from herder.dataplane.typed import sql_name, struct_sql, type_json
 
     key_type = shape.key_type
     if touched and splittable(shape):
@@ -362,7 +362,7 @@ def snapshot_events(
         rows = rows.join(keys, on=list(shape.key), how="left_anti")
     # one SQL expression, analysed once: built of Column objects, the envelope costs a
     # call into the JVM per literal and field (0.06-0.13 s a chunk, against 0.01 s)
-    after = ", ".join(_sql_name(f.name) for f in shape.row_type.fields)
+    after = ", ".join(sql_name(f.name) for f in shape.row_type.fields)
     value = struct_sql(
         type_json(shape.value_type.jsonValue()),
         snapshot_constants(source, ts_ms),
@@ -370,7 +370,7 @@ def snapshot_events(
     )
     key = "CAST(NULL AS BINARY) AS key"
     if key_type is not None:
-        key = f"struct({', '.join(_sql_name(k) for k in shape.key)}) AS key"
+        key = f"struct({', '.join(sql_name(k) for k in shape.key)}) AS key"
     return rows.selectExpr(key, f"{value} AS value")
 
 
@@ -378,7 +378,3 @@ def snapshot_constants(source: dict[str, Any], ts_ms: int) -> dict[str, Any]:
     """What every ``r`` event of a chunk holds alike: all of its envelope but ``after``
     (a SourceBatch's ``constants``, kept once per segment)."""
     return {"before": None, "source": source, "op": "r", "ts_ms": ts_ms}
-
-
-def _sql_name(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
