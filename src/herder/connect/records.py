@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "SINK_COLUMNS",
@@ -115,6 +116,18 @@ class ArrowPieces:
 
     count: int
     read: Callable[[int], Iterator[pa.RecordBatch]]
+
+    def dataframe(self, session: SparkSession, schema: StructType) -> DataFrame:
+        """The pieces as a DataFrame of ``schema`` (their batches' Spark schema), a
+        Spark partition per piece, in order, each read on an executor when a job runs."""
+        read = self.read
+
+        def batches(numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in numbers:
+                for index in batch.column(0).to_pylist():
+                    yield from read(index)
+
+        return session.range(0, self.count, 1, self.count).mapInArrow(batches, schema)
 
 
 @dataclass(frozen=True, slots=True)

@@ -299,7 +299,7 @@ def snapshot_pieces(
     ``constants``). None if rows must be left out by a key of several columns (the
     DataFrame joins those away)."""
     from herder.connect import ArrowPieces
-    from herder.connectors.jdbc.reading import piece_statements
+    from herder.connectors.jdbc.reading import jdbc_pieces
 
     names = [c.name for c in shape.columns]
     key_columns = [names.index(k) for k in shape.key]
@@ -308,16 +308,13 @@ def snapshot_pieces(
         if not splittable(shape):
             return None
         left_out = sorted({int(k[shape.key[0]]) for k in touched})
-    statements = piece_statements(_chunk_query(shape), chunk.pieces)
-    schema = _read_schema(shape)
+    rows = jdbc_pieces(dsn, _chunk_query(shape), _read_schema(shape), chunk.pieces, snapshot)
 
     def read(index: int) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from herder.connectors.jdbc.reading import read_piece
-
-        for batch in read_piece(dsn, statements[index], schema, snapshot):
+        for batch in rows.read(index):
             if left_out:
                 key = batch.column(key_columns[0])
                 batch = batch.filter(pc.invert(pc.is_in(key, pa.array(left_out, key.type))))
@@ -329,7 +326,7 @@ def snapshot_pieces(
             value = pa.StructArray.from_arrays([after], fields=[pa.field("after", after.type)])
             yield pa.RecordBatch.from_arrays([key, value], names=["key", "value"])
 
-    return ArrowPieces(len(statements), read)
+    return ArrowPieces(rows.count, read)
 
 
 def snapshot_events(

@@ -150,35 +150,37 @@ def jdbc_dataframe(
     """The rows of ``query`` (SQL) with ``schema``, one Spark partition per condition of
     ``pieces``, in their order; with ``snapshot``, as that exported snapshot sees them
     (every piece the same database state, read whenever Spark runs the job)."""
-    statements = piece_statements(query, pieces)
-
-    def read(numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in numbers:
-            for number in batch.column(0).to_pylist():
-                yield from read_piece(dsn, statements[number], schema, snapshot)
-
-    count = len(statements)
-    return session.range(0, count, 1, count).mapInArrow(read, schema)
+    return jdbc_pieces(dsn, query, schema, pieces, snapshot).dataframe(session, schema)
 
 
-def piece_statements(query: str, pieces: Sequence[str]) -> list[str]:
-    """The SQL that reads each piece: ``query``'s rows that meet its condition."""
-    return [f"SELECT * FROM ({query}) AS q WHERE {condition}" for condition in pieces]
+def jdbc_pieces(
+    dsn: str, query: str, schema: StructType, pieces: Sequence[str], snapshot: str | None = None
+) -> ArrowPieces:
+    """What :func:`jdbc_dataframe` reads, as Arrow pieces: the rows of ``query`` that
+    meet each condition of ``pieces``, of ``schema``'s types."""
+    from herder.connect import ArrowPieces
+
+    statements = [f"SELECT * FROM ({query}) AS q WHERE {condition}" for condition in pieces]
+
+    def read(index: int) -> Iterator[pa.RecordBatch]:
+        return read_piece(dsn, statements[index], schema, snapshot)
+
+    return ArrowPieces(len(statements), read)
 
 
 def row_pieces(dsn: str, query: str, schema: StructType, pieces: Sequence[str]) -> ArrowPieces:
-    """The rows :func:`jdbc_dataframe` reads, each a typed value (a struct of its
-    columns), as Arrow pieces (a SourceBatch's ``pieces``): the executors write them
-    as they read them."""
+    """The rows :func:`jdbc_pieces` reads, each a typed value (a struct of its columns):
+    the pieces of a batch of JdbcSource's records, and (:meth:`ArrowPieces.dataframe
+    <herder.connect.ArrowPieces.dataframe>`) its DataFrame."""
     from herder.connect import ArrowPieces
 
-    statements = piece_statements(query, pieces)
+    rows = jdbc_pieces(dsn, query, schema, pieces).read
 
     def read(index: int) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        for batch in read_piece(dsn, statements[index], schema):
+        for batch in rows(index):
             value = pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
             yield pa.RecordBatch.from_arrays([value], names=["value"])
 
-    return ArrowPieces(len(statements), read)
+    return ArrowPieces(len(pieces), read)

@@ -635,17 +635,19 @@ class JdbcSourceTask(SourceTask):
             return fn(self.conn)
 
     def _batch(self, reader: _TableReader, window: _Window) -> SourceBatch:
-        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructField, StructType
 
-        from herder.connectors.jdbc.reading import jdbc_dataframe, row_pieces
+        from herder.connectors.jdbc.reading import row_pieces
         from herder.dataplane.spark import spark_runtime
 
         runtime = spark_runtime()
         pieces = reader.pieces(window, runtime.parallelism)
-        dsn = self.database.libpq()
-        rows = jdbc_dataframe(runtime.session, dsn, reader.base, reader.schema, pieces)
-        # the row as a typed value: a struct of the table's columns, stored as it is
-        data = rows.select(F.struct(*[F.col(f"`{c}`") for c in rows.columns]).alias("value"))
+        # each row as a typed value: a struct of the table's columns, stored as it is;
+        # the DataFrame is the pieces', for the runtime to use when transforms run
+        records = row_pieces(self.database.libpq(), reader.base, reader.schema, pieces)
+        data = records.dataframe(
+            runtime.session, StructType([StructField("value", reader.schema, True)])
+        )
         offsets = [(reader.partition, window.offset)] if window.offset is not None else []
         log.info(
             "JdbcSource: reading %s into %s (%s rows in %d pieces), offset %s",
@@ -657,12 +659,7 @@ class JdbcSourceTask(SourceTask):
         )
         if window.offset is not None:
             reader.offset = window.offset
-        return SourceBatch(
-            data,
-            offsets,
-            reader.topic,
-            pieces=row_pieces(dsn, reader.base, reader.schema, pieces),
-        )
+        return SourceBatch(data, offsets, reader.topic, pieces=records)
 
     def stop(self) -> None:
         self._stopping.set()
