@@ -390,6 +390,24 @@ def test_rows_changed_while_their_table_is_snapshotted_end_up_right_in_the_targe
     wait_until_equal(logical_postgres, db, tables, cluster)
     count = logical_postgres.execute("SELECT count(*) FROM accounts", db)[0][0]
     assert count > 600  # type: ignore[operator]
+    # the chunks went the runtime's short way: written by the executors with pyarrow,
+    # each event's key and ``after`` in the files and the rest of its envelope kept once
+    # in its segment; the stream's events, through Spark's writer, whole
+    written = file_kinds(cluster, "pg.public.accounts")
+    assert ("parquet-cpp-arrow", ("after",)) in written, written
+    assert ("parquet-mr", ("before", "after", "source", "op", "ts_ms")) in written, written
+
+
+def file_kinds(cluster: Cluster, topic: str) -> set[tuple[str, tuple[str, ...]]]:
+    """(the writer, the value's fields) of each Parquet file of ``topic``."""
+    import pyarrow.parquet as pq
+
+    kinds = set()
+    for path in cluster.storage.glob(f"_staging/*/*/topic={topic}/partition=*/*.parquet"):
+        meta = pq.read_metadata(path)
+        fields = tuple(f.name for f in meta.schema.to_arrow_schema().field("value").type)
+        kinds.add((meta.created_by.split(" ")[0], fields))
+    return kinds
 
 
 @pytest.mark.slow
