@@ -452,13 +452,10 @@ class SourceExecution(_Execution):
                 data, topic = await self.pipeline.before_write(batch)
                 # fields a source says every record holds alike, and the records as
                 # pieces the executors write, unless transforms ran
-                untouched = isinstance(batch, SourceBatch) and not self.pipeline.chain
-                staged = await writer.stage(
-                    data,
-                    topic,
-                    constants=batch.constants if untouched else None,  # type: ignore[union-attr]
-                    pieces=batch.pieces if untouched else None,  # type: ignore[union-attr]
-                )
+                constants = pieces = None
+                if isinstance(batch, SourceBatch) and not self.pipeline.chain:
+                    constants, pieces = batch.constants, batch.pieces
+                staged = await writer.stage(data, topic, constants=constants, pieces=pieces)
                 if polled is None:  # a SourceBatch: its records are known once written
                     self.metrics.source_polled(staged.records, time.monotonic() - polling_since)
                 if not await self._checked(control, batch, staged, writer):
