@@ -132,11 +132,14 @@ class _Context(SourceTaskContext):
         return self.reader
 
 
-def start_source(path: Path, stored: Mapping[str, Any] | None) -> FileStreamSourceTask:
+def start_source(path: Path, stored: Mapping[str, Any] | None, **more: str) -> FileStreamSourceTask:
     task = FileStreamSourceTask()
     task.initialize(_Context(stored))
     settings = {"file": str(path), "topic": "t", "poll.interval.ms": "10"}
-    task.start({**settings, "parallel.min.bytes": "50000", "parallel.split.bytes": "100000"})
+    more = {k.replace("_", "."): v for k, v in more.items()}
+    task.start(
+        {**settings, "parallel.min.bytes": "50000", "parallel.split.bytes": "100000", **more}
+    )
     return task
 
 
@@ -217,6 +220,51 @@ def test_a_whole_file_goes_to_sparks_text_reader_and_is_read_again_if_it_grew(
         assert line_bytes(again.data) == [*expected, *more]
     finally:
         conf.unset("spark.sql.files.maxPartitionBytes")
+        task.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_file_met_from_its_start_is_one_batch_whatever_parallel_max_bytes_says(
+    spark: SparkRuntime, tmp_path: Path
+) -> None:
+    path = tmp_path / "big.txt"
+    lines = write_lines(path, 20_000)
+    size = path.stat().st_size
+    # ten times the bytes a batch read by ranges may hold: still one batch, read by
+    # Spark's text reader
+    task = start_source(path, None, parallel_max_bytes=str(size // 10))
+    try:
+        batch = task.poll()
+        assert isinstance(batch, SourceBatch) and batch.check is not None
+        assert list(batch.offsets) == [({"filename": str(path)}, {"position": size})]
+        assert "FileScan text" in batch.data._jdf.queryExecution().executedPlan().toString()
+        assert line_bytes(batch.data) == lines
+    finally:
+        task.stop()
+    # above parallel.whole.max.bytes: batches of parallel.max.bytes, read by ranges
+    task = start_source(
+        path, None, parallel_max_bytes=str(size // 2), parallel_whole_max_bytes=str(size - 1)
+    )
+    try:
+        first = task.poll()
+        assert isinstance(first, SourceBatch) and first.check is None
+        ((_, reached),) = first.offsets
+        assert size // 2 - len(lines[0]) - 1 <= reached["position"] <= size // 2
+        read = line_bytes(first.data)
+        assert read == lines[: len(read)]
+    finally:
+        task.stop()
+    # a last line not ended yet: not the whole file, so by ranges up to its last line
+    with open(path, "ab") as f:
+        f.write(b"partial")
+    task = start_source(path, None, parallel_max_bytes=str(size * 2))
+    try:
+        batch = task.poll()
+        assert isinstance(batch, SourceBatch) and batch.check is None
+        assert list(batch.offsets) == [({"filename": str(path)}, {"position": size})]
+        assert batch.data.toArrow().column("value").to_pylist() == lines
+    finally:
         task.stop()
 
 

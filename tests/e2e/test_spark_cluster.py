@@ -129,7 +129,7 @@ def both_directions(cluster: Cluster, tmp_path: Path, logs: Callable[[], str]) -
          "parallel.min.bytes": "100000", "parallel.split.bytes": "500000",
          # batches of a quarter of the file: read by byte ranges (a Python Data Source)
          # rather than whole by Spark's text reader
-         "parallel.max.bytes": "1200000"},
+         "parallel.max.bytes": "1200000", "parallel.whole.max.bytes": "1200000"},
     )  # fmt: skip
     cluster.create(
         "texts-out",

@@ -25,7 +25,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from herder.config import ConfigDef, Importance, Range, Type
@@ -43,7 +43,7 @@ from herder.files import write_all
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ POLL_INTERVAL_MS = "poll.interval.ms"
 PARALLEL_MIN_BYTES = "parallel.min.bytes"
 PARALLEL_SPLIT_BYTES = "parallel.split.bytes"
 PARALLEL_MAX_BYTES = "parallel.max.bytes"
+PARALLEL_WHOLE_MAX_BYTES = "parallel.whole.max.bytes"
 
 _READ_CHUNK = 4 * 1024 * 1024
 
@@ -121,7 +122,12 @@ class FileStreamSourceConnector(SourceConnector):
                     " that gives every core the same share).")
             .define(PARALLEL_MAX_BYTES, Type.LONG, default=256 * 1024 * 1024,
                     validator=Range.at_least(1), importance=Importance.LOW,
-                    documentation="Most bytes of the backlog one batch reads.")
+                    documentation="Most bytes of the backlog one batch reads by byte ranges.")
+            .define(PARALLEL_WHOLE_MAX_BYTES, Type.LONG, default=8 * 1024**3,
+                    validator=Range.at_least(1), importance=Importance.LOW,
+                    documentation="A file met from its start, of whole lines and at most this"
+                    " many bytes, is one batch read by Spark's own text reader; a bigger one"
+                    " is read by byte ranges, parallel.max.bytes a batch.")
         )  # fmt: skip
 
     def start(self, config: dict[str, str]) -> None:
@@ -150,6 +156,7 @@ class FileStreamSourceTask(SourceTask):
         self.parallel_min_bytes = settings[PARALLEL_MIN_BYTES]
         self.parallel_split_bytes = settings[PARALLEL_SPLIT_BYTES]
         self.parallel_max_bytes = settings[PARALLEL_MAX_BYTES]
+        self.parallel_whole_max_bytes = settings[PARALLEL_WHOLE_MAX_BYTES]
         self.partition = {"filename": self.path}
         stored = self.context.offset_reader.offset(self.partition)
         self.position = int(stored["position"]) if stored else 0
@@ -214,37 +221,30 @@ class FileStreamSourceTask(SourceTask):
         # imported here: they bring pyspark, which finding this plugin should not need
         from herder.dataplane.datasource import (
             balanced_split_bytes,
-            file_identity,
             last_line_end,
             line_ranges_dataframe,
             plan_line_ranges,
-            whole_file_lines_dataframe,
         )
         from herder.dataplane.spark import spark_runtime
 
         if size - self.position < self.parallel_min_bytes:
             return None
-        end = last_line_end(
-            self.path, self.position, min(size, self.position + self.parallel_max_bytes)
-        )
-        if end - self.position < self.parallel_min_bytes:
-            return None
         began = time.monotonic()
         runtime = spark_runtime()
-        start, check, data = self.position, None, None
-        if start == 0 and end == size and self._whole_file_reads:
-            identity = file_identity(self.path)
-            if identity[2] == end:
-                data = whole_file_lines_dataframe(runtime.session, self.path)
-            if data is not None:
-                check = functools.partial(self._check_unchanged, identity)
-        if data is not None:
+        start = self.position
+        whole = self._whole_file(runtime.session, size)
+        if whole is not None:
+            end, (data, check) = size, whole
             how = "whole by Spark's text reader"
         else:
+            end = last_line_end(self.path, start, min(size, start + self.parallel_max_bytes))
+            if end - start < self.parallel_min_bytes:
+                return None
+            check = None
             split = balanced_split_bytes(
-                end - self.position, self.parallel_split_bytes, runtime.parallelism
+                end - start, self.parallel_split_bytes, runtime.parallelism
             )
-            ranges = plan_line_ranges(self.path, self.position, end, split)
+            ranges = plan_line_ranges(self.path, start, end, split)
             data = line_ranges_dataframe(runtime.session, self.path, ranges)
             how = f"in {len(ranges)} ranges on Spark's executors"
         log.info(
@@ -257,6 +257,33 @@ class FileStreamSourceTask(SourceTask):
         )
         self._seek(end)
         return SourceBatch(data, [(self.partition, {"position": end})], self.topic, check=check)
+
+    def _whole_file(
+        self, session: SparkSession, size: int
+    ) -> tuple[DataFrame, Callable[[], None]] | None:
+        """The whole file's lines read by Spark's text reader, and the check the batch
+        makes before it commits, if the backlog is the file (read from its start, all
+        whole lines, within ``parallel.whole.max.bytes``) and Spark can be given its path."""
+        from herder.dataplane.datasource import (
+            file_identity,
+            last_line_end,
+            whole_file_lines_dataframe,
+        )
+
+        if (
+            self.position != 0
+            or not self._whole_file_reads
+            or size > self.parallel_whole_max_bytes
+            or last_line_end(self.path, 0, size) != size
+        ):
+            return None
+        identity = file_identity(self.path)
+        if identity[2] != size:
+            return None
+        data = whole_file_lines_dataframe(session, self.path)
+        if data is None:
+            return None
+        return data, functools.partial(self._check_unchanged, identity)
 
     def _seek(self, position: int) -> None:
         self.position = position
