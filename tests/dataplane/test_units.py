@@ -355,6 +355,30 @@ def test_a_spark_home_pyspark_cannot_launch_is_one_clear_error(tmp_path: Path) -
     check_spark_home(str(other))
 
 
+def test_reads_take_a_piece_per_core_within_twice_the_budget() -> None:
+    """Files of more than half the budget would otherwise go one a read, to one core."""
+    state = state_of(ordered_seg(0, 6, 6, 6, 6, 6))
+    assert state.read_stop(0, 10) == 6
+    assert state.read_stop(0, 10, min_pieces=2) == 12
+    assert state.read_stop(0, 10, min_pieces=4) == 18  # 24 would be past twice the budget
+    assert state.read_stop(0, 10, max_pieces=1, min_pieces=4) == 6
+    assert state.read_stop(24, 10, min_pieces=4) == 30  # all there are
+    assert state.read_stop(0, 30, min_pieces=2) == 30  # the budget takes more already
+    # a delivery counts the pieces of all its partitions against Spark's cores
+    a, b = TopicPartition("t", 0), TopicPartition("t", 1)
+    plan = DeliveryPlan(budget=10, ranged=True, spread=2)
+    plan.take(a, 0, state)
+    assert plan.reached == {a: 12} and not plan.wants("t")
+    plan = DeliveryPlan(budget=20, ranged=True, spread=2)
+    plan.take(a, 0, state_of(ordered_seg(0, 11)))
+    plan.take(b, 0, state)  # 9 left: its first file, the core's second piece
+    assert plan.reached == {a: 11, b: 6}
+    assert [r.until_offset for r in plan.ranges["t"]] == [11, 6]
+    plain = DeliveryPlan(budget=10, ranged=False, spread=3)
+    plain.take(a, 0, state)
+    assert plain.reached == {a: 18}
+
+
 def test_a_ranged_delivery_takes_at_most_a_read_of_pieces_per_topic() -> None:
     many = state_of(*(ordered_seg(i, 1) for i in range(MAX_FILES_UNIONED + 8)))
     a, b = TopicPartition("t", 0), TopicPartition("u", 0)

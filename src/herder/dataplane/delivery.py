@@ -36,12 +36,18 @@ class DeliveryPlan:
     #: to ``budget`` for one Spark job; a delivery whose first piece is bigger (bulk
     #: data) goes through Spark, and takes up to ``budget``
     small_budget: int = 0
+    #: pieces a delivery read by Spark should hold, one per core Spark has, even past
+    #: ``budget`` (see :meth:`PartitionState.read_stop
+    #: <herder.dataplane.metadata.PartitionState.read_stop>`)
+    spread: int = 1
     #: ``[position, stop)`` of each partition to read, by topic
     by_topic: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
     #: the pieces read, as offset ranges in (partition, offset) order, by topic (for an
     #: offset-ranged sink)
     ranges: dict[str, list[OffsetRange]] = field(default_factory=dict)
     _pieces_left: dict[str, int] = field(default_factory=dict)
+    #: pieces taken so far, of every topic
+    _pieces: int = 0
     #: whether this is a delivery of small files; None until its first piece is taken
     _small: bool | None = None
 
@@ -65,7 +71,7 @@ class DeliveryPlan:
         if state is None or not self.wants(tp.topic):
             return
         left = self._pieces_left.get(tp.topic, MAX_FILES_UNIONED) if self.ranged else None
-        stop = state.read_stop(position, self.budget, left)
+        stop = state.read_stop(position, self.budget, left, max(1, self.spread - self._pieces))
         if stop <= position:
             return
         if self.small_budget > 0 and self._small is not False:
@@ -80,14 +86,15 @@ class DeliveryPlan:
             self._small = stop - position <= self.small_budget
             if self._small:
                 self.small_budget -= stop - position
+        taken = []
+        start = position
+        for end in state.piece_ends(position):
+            if end > stop:
+                break
+            taken.append(OffsetRange(tp, start, end))
+            start = end
+        self._pieces += len(taken)
         if left is not None:
-            taken = []
-            start = position
-            for end in state.piece_ends(position):
-                if end > stop:
-                    break
-                taken.append(OffsetRange(tp, start, end))
-                start = end
             ranges = self.ranges.setdefault(tp.topic, [])
             ranges.extend(taken)
             ranges.sort(key=lambda r: (r.topic_partition.partition, r.from_offset))

@@ -785,7 +785,10 @@ class SinkExecution(_Execution):
             return False
         # records a delivery of small files may hold and still take the trickle path
         plan = DeliveryPlan(
-            max_records, ranged=self.task.offset_ranged, small_budget=self._trickle_budget()
+            max_records,
+            ranged=self.task.offset_ranged,
+            small_budget=self._trickle_budget(),
+            spread=self.runtime.spark.known_parallelism or 1,
         )
         states: dict[str, dict[int, PartitionState]] = {}
         self._turn += 1

@@ -308,7 +308,13 @@ class PartitionState:
                 if file_end > position:
                     yield file_end
 
-    def read_stop(self, position: int, budget: int, max_pieces: int | None = None) -> int:
+    def read_stop(
+        self,
+        position: int,
+        budget: int,
+        max_pieces: int | None = None,
+        min_pieces: int = 1,
+    ) -> int:
         """Where a read of about ``budget`` records from ``position`` should end.
 
         Reads end where pieces end (:meth:`piece_ends`), so no file is read twice by
@@ -317,12 +323,18 @@ class PartitionState:
         bigger than that, at its end (as Kafka returns a record batch larger than the
         fetch limit, so a consumer always progresses). ``position`` itself if there is
         nothing to read.
+
+        ``min_pieces``: so that a read by Spark gives each of its cores a file, it takes
+        that many pieces (or all there are, within ``max_pieces``) past ``budget``, as
+        long as they end within twice ``budget``: with pieces of more than half the
+        budget, it would otherwise take one at a time, and one core would do the work.
         """
-        limit = position + budget
+        limit, stretch = position + budget, position + 2 * budget
         stop: int | None = None
         for taken, end in enumerate(self.piece_ends(position)):
             if stop is not None and (
-                end > limit or (max_pieces is not None and taken >= max_pieces)
+                (max_pieces is not None and taken >= max_pieces)
+                or (end > limit and (taken >= min_pieces or end > stretch))
             ):
                 break
             stop = end

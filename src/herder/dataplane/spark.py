@@ -171,6 +171,7 @@ class SparkRuntime:
         )
         #: per scheduler pool (a task's), what its jobs took: its task's metrics
         self.job_times: dict[str, JobTimes] = {}
+        self._parallelism: int | None = None
 
     @property
     def remote(self) -> bool:
@@ -218,6 +219,7 @@ class SparkRuntime:
         session = builder.getOrCreate()
         if settings.remote is None:
             _quiet_pool_creation(session)
+            self._parallelism = int(session.sparkContext.defaultParallelism)
         return session
 
     def start(self) -> SparkSession:
@@ -230,7 +232,14 @@ class SparkRuntime:
         None under Spark Connect, whose client cannot ask."""
         if self.remote:
             return None
-        return int(self.session.sparkContext.defaultParallelism)
+        self._parallelism = int(self.session.sparkContext.defaultParallelism)
+        return self._parallelism
+
+    @property
+    def known_parallelism(self) -> int | None:
+        """:attr:`parallelism` as last seen, without a call into the JVM (for the event
+        loop); None before the session started, and under Spark Connect."""
+        return self._parallelism
 
     @contextlib.contextmanager
     def pool(self, name: str | None) -> Iterator[None]:
