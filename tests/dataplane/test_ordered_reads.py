@@ -108,6 +108,9 @@ async def test_single_partition_batches_are_read_in_order_without_a_sort(
         assert "Coalesce" not in executed_plan(split)
         plan = executed_plan(df)
         assert "Sort" not in plan and "Exchange" not in plan
+        # nor does it coalesce the splits of a file: its scans do not cut files (rows
+        # would cross into the projection one copy at a time)
+        assert "Coalesce" not in plan
         # a row's index is read only for whoever uses the offsets: a sink that writes
         # values has its scans read values alone (``_metadata`` would build a struct per row)
         assert ROW_INDEX in plan and "file_path" not in plan
