@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from herder.connect import SinkTask, TopicPartition
-from herder.dataplane.execution import SinkExecution, TaskExecutions
+from herder.connectors.directory import DirectorySinkTask
+from herder.dataplane.execution import DEFAULT_SINK_MAX_RECORDS, SinkExecution, TaskExecutions
 from herder.dataplane.spark import POOL_PROPERTY
 from herder.errors import CoordinatorNotAvailable, HerderError, IllegalGeneration
 from herder.runtime.core.member import Generation
@@ -107,3 +108,23 @@ async def test_put_runs_its_jobs_in_the_tasks_scheduler_pool(executions: TaskExe
     await run._put(df)
     await run._put(df)  # put's threads are reused: the pool is set each time
     assert run.task.pools == ["c-0", "c-0"]
+
+
+def test_a_delivery_holds_what_the_connector_or_else_the_task_says(
+    executions: TaskExecutions,
+) -> None:
+    """A task that collects its DataFrame gets the runtime's budget; DirectorySink, whose
+    puts run on Spark's executors, takes more a delivery; a connector's
+    ``consumer.max.records`` overrides both."""
+    task = ConnectorTaskId("c", 0)
+    collecting = executions(task, Sink(), {"topics": "t"}, {"connector.class": "x"})
+    assert isinstance(collecting, SinkExecution)
+    assert collecting.max_records() == DEFAULT_SINK_MAX_RECORDS
+    settings = {"topics": "t", "directory": "/d", "format": "text"}
+    spark_side = executions(task, DirectorySinkTask(), settings, {"connector.class": "x"})
+    assert isinstance(spark_side, SinkExecution)
+    assert spark_side.max_records() == 10 * DEFAULT_SINK_MAX_RECORDS
+    told = executions(
+        task, DirectorySinkTask(), settings, {"connector.class": "x", "consumer.max.records": "7"}
+    )
+    assert isinstance(told, SinkExecution) and told.max_records() == 7

@@ -680,7 +680,7 @@ class SinkExecution(_Execution):
         self.member = member
         self._partition_counts = {t: (await self.topics.get(t)).partitions for t in topics}
         await member.start()
-        max_records = _int(self.settings, SINK_MAX_RECORDS, DEFAULT_SINK_MAX_RECORDS)
+        max_records = self.max_records()
         try:
             control.doing("running")
             while not await control.wait_while_paused():
@@ -698,6 +698,13 @@ class SinkExecution(_Execution):
             await member.close(leave=None if self.runtime.stopping_worker else True)
             await control.call(self.task.close, list(self.positions))
             await control.call(self.task.stop)
+
+    def max_records(self) -> int:
+        """Records one delivery holds at most: the connector's ``consumer.max.records``,
+        or the task's own default (:attr:`SinkTask.max_records_per_delivery
+        <herder.connect.SinkTask.max_records_per_delivery>`), or the runtime's."""
+        default = self.task.max_records_per_delivery or DEFAULT_SINK_MAX_RECORDS
+        return _int(self.settings, SINK_MAX_RECORDS, default)
 
     def _group_instance_id(self) -> str | None:
         """A static worker's sink task is static too, so the worker's restart does not
