@@ -19,7 +19,7 @@ run, on 127.0.0.1 with fresh temporary directories:
   best run counts. After each job its files are also flushed to disk, as herder flushes
   every file it writes before committing it, and ``spark.durable`` reports that
   variant: the jobs and their fsyncs (``ratio_to_durable_spark`` beside herder's
-  figures). The target is herder's ratio to the jobs alone.
+  figures).
 * **herder → DirectorySink (text)**: one ensemble server and one worker (``herder
   worker start``, Spark ``local[*]``); a DirectorySink connector writing text and a
   FileStreamSource connector are created and RUNNING on an input path that does not
@@ -31,7 +31,9 @@ run, on 127.0.0.1 with fresh temporary directories:
   compiles the code of its hot paths over several runs of them: measured after one, a
   ratio tells more about how soon each process reached its compiled code than about
   either's speed.)
-  ``ratio`` is herder's records/s over Spark's; the target is at least 0.8.
+  ``ratio_to_spark`` is herder's records/s over Spark's, ``ratio_to_durable_spark``
+  over the durable variant's; the targets are at least 0.9 and 1.0, and
+  ``meets_target`` says whether both are met.
 * **herder → FileStreamSink**: the same with a FileStreamSink, reported without a
   target (one file written by one Python process bounds it).
   ``--consumer-max-records`` sets the sinks' ``consumer.max.records`` (records one
@@ -88,7 +90,9 @@ import httpx
 from bench import _procs
 from herder import __version__ as herder_version
 
-TARGET_RATIO = 0.8
+#: herder's records/s against plain Spark's jobs, and against the same jobs with their fsyncs
+TARGET_RATIO = 0.9
+TARGET_RATIO_TO_DURABLE = 1.0
 HERDER = [sys.executable, "-m", "herder"]
 
 
@@ -750,8 +754,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         directory["records_per_s"], spark["durable"]["records_per_s"]
                     ),
                     "target_ratio": TARGET_RATIO,
+                    "target_ratio_to_durable_spark": TARGET_RATIO_TO_DURABLE,
                     "meets_target": directory["records_per_s"]
-                    >= TARGET_RATIO * spark["records_per_s"],
+                    >= TARGET_RATIO * spark["records_per_s"]
+                    and directory["records_per_s"]
+                    >= TARGET_RATIO_TO_DURABLE * spark["durable"]["records_per_s"],
                 }
                 figures["herder_file_sink"] = {
                     **results["file"],
