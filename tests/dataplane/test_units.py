@@ -364,7 +364,7 @@ def test_reads_take_a_piece_per_core_within_twice_the_budget() -> None:
     assert state.read_stop(0, 10, max_pieces=1, min_pieces=4) == 6
     assert state.read_stop(24, 10, min_pieces=4) == 30  # all there are
     assert state.read_stop(0, 30, min_pieces=2) == 30  # the budget takes more already
-    # a delivery counts the pieces of all its partitions against Spark's cores
+    # a delivery counts the pieces of all of a topic's partitions against Spark's cores
     a, b = TopicPartition("t", 0), TopicPartition("t", 1)
     plan = DeliveryPlan(budget=10, ranged=True, spread=2)
     plan.take(a, 0, state)
@@ -377,6 +377,12 @@ def test_reads_take_a_piece_per_core_within_twice_the_budget() -> None:
     plain = DeliveryPlan(budget=10, ranged=False, spread=3)
     plain.take(a, 0, state)
     assert plain.reached == {a: 18}
+    # each topic's read is a Spark job of its own: its pieces are counted apart
+    u = TopicPartition("u", 0)
+    plan = DeliveryPlan(budget=20, ranged=True, spread=2)
+    plan.take(a, 0, state_of(ordered_seg(0, 11)))
+    plan.take(u, 0, state)  # 9 left: still two files, for its own job's two cores
+    assert plan.reached == {a: 11, u: 12}
 
 
 def test_a_ranged_delivery_takes_at_most_a_read_of_pieces_per_topic() -> None:

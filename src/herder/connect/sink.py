@@ -141,11 +141,13 @@ class SinkTask(Task):
     #: with the connector's ``key.converter`` / ``value.converter`` (JsonConverter with
     #: ``schemas.enable=true``: Connect's envelope of schema and payload).
     typed_records: ClassVar[bool] = False
-    #: Records one delivery holds at most unless the connector's
+    #: The records one delivery reads (its budget) unless the connector's
     #: ``consumer.max.records`` says otherwise; None for the runtime's default, which
     #: bounds what a task that collects its DataFrame to the driver holds at once. A
-    #: task whose :meth:`put` writes on Spark's executors, never collecting, may take
-    #: more: fewer, bigger Spark jobs cost less per record.
+    #: delivery reads whole files: one bigger than the budget whole, and, read by
+    #: Spark, one per core while they end within twice the budget. A task whose
+    #: :meth:`put` writes on Spark's executors, never collecting, may take more: fewer,
+    #: bigger Spark jobs cost less per record.
     max_records_per_delivery: ClassVar[int | None] = None
 
     context: SinkTaskContext

@@ -46,8 +46,8 @@ class DeliveryPlan:
     #: offset-ranged sink)
     ranges: dict[str, list[OffsetRange]] = field(default_factory=dict)
     _pieces_left: dict[str, int] = field(default_factory=dict)
-    #: pieces taken so far, of every topic
-    _pieces: int = 0
+    #: pieces taken so far, by topic (each topic's read is a Spark job of its own)
+    _pieces: dict[str, int] = field(default_factory=dict)
     #: whether this is a delivery of small files; None until its first piece is taken
     _small: bool | None = None
 
@@ -71,7 +71,8 @@ class DeliveryPlan:
         if state is None or not self.wants(tp.topic):
             return
         left = self._pieces_left.get(tp.topic, MAX_FILES_UNIONED) if self.ranged else None
-        stop = state.read_stop(position, self.budget, left, max(1, self.spread - self._pieces))
+        taken_before = self._pieces.get(tp.topic, 0)
+        stop = state.read_stop(position, self.budget, left, max(1, self.spread - taken_before))
         if stop <= position:
             return
         if self.small_budget > 0 and self._small is not False:
@@ -93,7 +94,7 @@ class DeliveryPlan:
                 break
             taken.append(OffsetRange(tp, start, end))
             start = end
-        self._pieces += len(taken)
+        self._pieces[tp.topic] = taken_before + len(taken)
         if left is not None:
             ranges = self.ranges.setdefault(tp.topic, [])
             ranges.extend(taken)

@@ -700,8 +700,9 @@ class SinkExecution(_Execution):
             await control.call(self.task.stop)
 
     def max_records(self) -> int:
-        """Records one delivery holds at most: the connector's ``consumer.max.records``,
-        or the task's own default (:attr:`SinkTask.max_records_per_delivery
+        """The records one delivery reads (its budget, which whole files may stretch, see
+        :class:`~.delivery.DeliveryPlan`): the connector's ``consumer.max.records``, or
+        the task's own default (:attr:`SinkTask.max_records_per_delivery
         <herder.connect.SinkTask.max_records_per_delivery>`), or the runtime's."""
         default = self.task.max_records_per_delivery or DEFAULT_SINK_MAX_RECORDS
         return _int(self.settings, SINK_MAX_RECORDS, default)

@@ -57,6 +57,7 @@ import pyarrow.compute as pc
 from herder.connect import OffsetRange, TopicPartition
 from herder.dataplane.metadata import Segment, SegmentSlice
 from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL, SEGMENT_SCHEMA
+from herder.dataplane.spark import SESSION_CONF
 from herder.dataplane.storage import Storage
 from herder.dataplane.typed import PARTS, merge_types, restored_sql
 from herder.dataplane.typed import ddl as typed_ddl
@@ -386,20 +387,21 @@ def _piece_by_piece(
     types: _ReadTypes,
 ) -> DataFrame:
     """The records of ``pieces`` in order, each piece one Spark partition in offset
-    order: a positional file is one already (read in :func:`unsplit_session`, or
-    coalesced where there is none); a segment's files with ``seq`` are read together
-    into one partition and sorted within it (no shuffle). The union of the pieces is
-    projected once into the columns a reader gives."""
+    order: a positional file is one already (read in :func:`unsplit_session`, where a
+    scan never cuts a file, or coalesced where there is none); a segment's files with
+    ``seq`` are read together into one partition and sorted within it (no shuffle).
+    The union of the pieces is projected once into the columns a reader gives, and
+    belongs to the unsplit session where there is one."""
     unsplit = unsplit_session(spark)
+    session = unsplit or spark
     parts = []
     for piece in pieces:
         if piece[0].positional:
-            if unsplit is not None:
-                parts += _located_scans(unsplit, storage, piece, types)
-            else:
-                parts += _located_scans(spark, storage, piece, types, one_partition_each=True)
+            parts += _located_scans(
+                session, storage, piece, types, one_partition_each=unsplit is None
+            )
         else:
-            rows = _union(_located_scans(spark, storage, piece, types)).coalesce(1)
+            rows = _union(_located_scans(session, storage, piece, types)).coalesce(1)
             parts.append(rows.sortWithinPartitions("offset"))
     return _union(parts).selectExpr(*_sink_columns(topic))
 
@@ -420,7 +422,10 @@ def unsplit_session(spark: SparkSession) -> SparkSession | None:
     copies: a text write of 10,000,000 records took 2.4 s that way against 1.8 s for the
     same scans unsplit (plain Spark: 1.7 s). The setting is the session's, not a
     scan's, so it lives in a session of its own: the worker's session keeps splitting
-    files for every other read.
+    files for every other read. A ranged read's DataFrame, and whatever a sink derives
+    from it, belongs to this session; it starts from the Spark configuration, and takes
+    herder's session confs (:data:`~herder.dataplane.spark.SESSION_CONF`) as
+    ``spark`` has them, in case they were set on ``spark`` alone.
     """
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         return None
@@ -428,6 +433,10 @@ def unsplit_session(spark: SparkSession) -> SparkSession | None:
         found = _unsplit.get(spark)
         if found is None:
             found = spark.newSession()
+            for key in SESSION_CONF:
+                value = spark.conf.get(key, None)
+                if value is not None:
+                    found.conf.set(key, value)
             # a file is one split whatever its size: no cap on a split's bytes, and no
             # share of the cores to cut it down to
             found.conf.set("spark.sql.files.maxPartitionBytes", str(1 << 62))

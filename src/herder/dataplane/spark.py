@@ -237,9 +237,15 @@ class SparkRuntime:
 
     @property
     def known_parallelism(self) -> int | None:
-        """:attr:`parallelism` as last seen, without a call into the JVM (for the event
-        loop); None before the session started, and under Spark Connect."""
+        """:attr:`parallelism` as last seen (when the session started, or at the last
+        :meth:`refresh_parallelism`), without a call into the JVM (for the event loop);
+        None before the session started, and under Spark Connect."""
         return self._parallelism
+
+    def refresh_parallelism(self) -> None:
+        """Ask Spark for :attr:`parallelism` again (on a job thread): a cluster's
+        executors, and so its cores, come and go."""
+        self._parallelism = self.parallelism
 
     @contextlib.contextmanager
     def pool(self, name: str | None) -> Iterator[None]:

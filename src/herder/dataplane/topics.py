@@ -578,6 +578,9 @@ class Topics:
             slices = await self.plan_read(name, ranges)
 
         def build() -> tuple[DataFrame, list[OffsetRange] | None]:
+            # for the next delivery's plan, which the event loop makes without a call
+            # into the JVM: a cluster's executors come and go
+            runtime.refresh_parallelism()
             return slices_dataframe(
                 runtime.session, storage, name, slices, ordered=ordered, ranged=ranged
             )
