@@ -45,7 +45,6 @@ class DeliveryPlan:
     #: the pieces read, as offset ranges in (partition, offset) order, by topic (for an
     #: offset-ranged sink)
     ranges: dict[str, list[OffsetRange]] = field(default_factory=dict)
-    _pieces_left: dict[str, int] = field(default_factory=dict)
     #: pieces taken so far, by topic (each topic's read is a Spark job of its own)
     _pieces: dict[str, int] = field(default_factory=dict)
     #: whether this is a delivery of small files; None until its first piece is taken
@@ -64,13 +63,20 @@ class DeliveryPlan:
         """Whether this delivery can take more of ``topic``."""
         if self._small and self.small_budget <= 0:
             return False
-        return self.budget > 0 and self._pieces_left.get(topic, MAX_FILES_UNIONED) > 0
+        left = self._pieces_left(topic)
+        return self.budget > 0 and (left is None or left > 0)
+
+    def _pieces_left(self, topic: str) -> int | None:
+        """Pieces a ranged read of ``topic`` may still take; None if it is not ranged."""
+        if not self.ranged:
+            return None
+        return max(0, MAX_FILES_UNIONED - self._pieces.get(topic, 0))
 
     def take(self, tp: TopicPartition, position: int, state: PartitionState | None) -> None:
         """Read ``tp`` from ``position``, as much as the plan allows."""
         if state is None or not self.wants(tp.topic):
             return
-        left = self._pieces_left.get(tp.topic, MAX_FILES_UNIONED) if self.ranged else None
+        left = self._pieces_left(tp.topic)
         taken_before = self._pieces.get(tp.topic, 0)
         stop = state.read_stop(position, self.budget, left, max(1, self.spread - taken_before))
         if stop <= position:
@@ -99,7 +105,6 @@ class DeliveryPlan:
             ranges = self.ranges.setdefault(tp.topic, [])
             ranges.extend(taken)
             ranges.sort(key=lambda r: (r.topic_partition.partition, r.from_offset))
-            self._pieces_left[tp.topic] = max(0, left - len(taken))
         self.budget -= stop - position
         self.by_topic.setdefault(tp.topic, {})[tp.partition] = (position, stop)
 

@@ -230,10 +230,7 @@ class SparkRuntime:
     def parallelism(self) -> int | None:
         """How many tasks Spark runs at once by default (its ``defaultParallelism``);
         None under Spark Connect, whose client cannot ask."""
-        if self.remote:
-            return None
-        self._parallelism = int(self.session.sparkContext.defaultParallelism)
-        return self._parallelism
+        return self.refresh_parallelism()
 
     @property
     def known_parallelism(self) -> int | None:
@@ -242,10 +239,14 @@ class SparkRuntime:
         None before the session started, and under Spark Connect."""
         return self._parallelism
 
-    def refresh_parallelism(self) -> None:
-        """Ask Spark for :attr:`parallelism` again (on a job thread): a cluster's
-        executors, and so its cores, come and go."""
-        self._parallelism = self.parallelism
+    def refresh_parallelism(self) -> int | None:
+        """:attr:`parallelism`, asked of Spark (a call into the JVM: on a job thread) and
+        kept as :attr:`known_parallelism`, since a cluster's executors, and so its
+        cores, come and go."""
+        if self.remote:
+            return None
+        self._parallelism = int(self.session.sparkContext.defaultParallelism)
+        return self._parallelism
 
     @contextlib.contextmanager
     def pool(self, name: str | None) -> Iterator[None]:
