@@ -91,8 +91,12 @@ async def test_single_partition_batches_are_read_in_order_without_a_sort(
         tp = TopicPartition("ordered", 0)
         assert all(r.topic_partition == tp for r in offset_ranges)
         bounds = [(r.from_offset, r.until_offset) for r in offset_ranges]
-        assert [lo for lo, _ in bounds] == [0, *(hi for _, hi in bounds[:-1])]
-        assert bounds[-1][1] == len(lines) + len(polled)
+        # in the order Spark reads the files (the biggest first), which together hold
+        # every offset once
+        runs = sorted(bounds)
+        assert [lo for lo, _ in runs] == [0, *(hi for _, hi in runs[:-1])]
+        assert runs[-1][1] == len(lines) + len(polled)
+        assert bounds != runs  # the files differ in size: not in offset order
         held = await spark.run(
             lambda: (
                 df.groupBy(F.spark_partition_id().alias("p"))
@@ -108,17 +112,20 @@ async def test_single_partition_batches_are_read_in_order_without_a_sort(
         assert "Coalesce" not in executed_plan(split)
         plan = executed_plan(df)
         assert "Sort" not in plan and "Exchange" not in plan
-        # nor does it coalesce the splits of a file: its scans do not cut files (rows
-        # would cross into the projection one copy at a time)
-        assert "Coalesce" not in plan
-        # a row's index is read only for whoever uses the offsets: a sink that writes
-        # values has its scans read values alone (``_metadata`` would build a struct per row)
+        # nor does it coalesce the splits of a file: it does not cut files (rows would
+        # cross into the projection one copy at a time); nor union a scan per file
+        assert "Coalesce" not in plan and "Union" not in plan
+        # a row's index and file are read only for whoever uses the offsets: a sink that
+        # writes values has its scan read values alone (``_metadata`` would build a
+        # struct per row)
         assert ROW_INDEX in plan and "file_path" not in plan
         values_only = executed_plan(df.select("value"))
-        assert ROW_INDEX not in values_only and "file_path" not in values_only
-        got = await spark.run(df.collect)
-        assert [r["offset"] for r in got] == list(range(len(everything)))
-        assert [r["value"] for r in got] == everything
+        assert ROW_INDEX not in values_only and "input_file_name" not in values_only
+        got = await spark.run(df.collect)  # partition by partition
+        assert sorted(r["offset"] for r in got) == list(range(len(everything)))
+        in_ranges = [o for lo, hi in bounds for o in range(lo, hi)]
+        assert [r["offset"] for r in got] == in_ranges
+        assert [r["value"] for r in got] == [everything[o] for o in in_ranges]
 
         # offsets 5,000 to 7,000: the end of the first batch and the start of the second
         df, offset_ranges = await topics.read_ranged("ordered", {0: (5_000, 7_000)}, ordered=True)
@@ -231,7 +238,7 @@ async def test_keyed_rows_for_a_topic_of_one_partition_are_staged_in_order(
             e for e in ends if 350 < e <= stop
         ]
         df, ranges = await topics.read_ranged("snapshot", {0: (position, stop)}, ordered=True)
-        assert ranges == delivery.ranges["snapshot"]
+        assert sorted(ranges) == delivery.ranges["snapshot"]  # Spark's order: biggest first
         parts = await spark.run(lambda: df.rdd.glom().collect())
         assert [[(r["offset"], r["key"]) for r in part] for part in parts] == [
             [(o, expected_key(o)) for o in range(r.from_offset, r.until_offset)] for r in ranges
@@ -366,3 +373,27 @@ async def test_a_read_fails_rather_than_give_offsets_without_a_row_index(
             df = await topics.read("unindexed", wanted, ordered=True)
             with pytest.raises((PySparkException, Py4JJavaError), match="gave no row index"):
                 await spark.run(df.select("offset").collect)
+
+
+async def test_whole_files_are_found_by_their_names_in_any_storage_root(
+    ensemble: ServerHandle, spark: SparkRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ranged read of whole files is one scan whose rows find their file by the name
+    Spark gives it: a URI, escaped where a path is not. A root whose name has spaces,
+    a quote and a percent sign still gives every record its offset."""
+    monkeypatch.setattr(writer_module, "MAX_RECORDS_PER_FILE", 400)
+    storage = Storage(str(tmp_path / "it's a 100% odd root"))
+    values = [b"v%04d" % i + b"x" * (i % 7) for i in range(1_000)]
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("odd", 1)
+        writer = SegmentWriter(topics, spark, "odd-0", 1)
+        await topics.commit(await writer.stage([SourceRecord({}, {}, "odd", v) for v in values]))
+        df, ranges = await topics.read_ranged("odd", ordered=True)
+        assert ranges is not None and len(ranges) == 3
+        assert "Union" not in executed_plan(df)  # one scan
+        parts = await spark.run(lambda: df.rdd.glom().collect())
+        tp = TopicPartition("odd", 0)
+        assert all(r.topic_partition == tp for r in ranges)
+        assert [[(r["partition"], r["offset"], r["value"]) for r in part] for part in parts] == [
+            [(0, o, values[o]) for o in range(r.from_offset, r.until_offset)] for r in ranges
+        ]

@@ -67,7 +67,7 @@ class TopicPartition:
         return f"{self.topic}-{self.partition}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class OffsetRange:
     """Offsets ``[from_offset, until_offset)`` of one topic partition, as Spark's Kafka
     integration names them. :meth:`~herder.connect.SinkTaskContext.offset_ranges` says

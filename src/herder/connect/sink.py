@@ -80,7 +80,9 @@ class SinkTaskContext(ABC):
     def offset_ranges(self) -> Sequence[OffsetRange] | None:
         """How the DataFrame of the :meth:`SinkTask.put` in progress is split: its Spark
         partition *i* holds records of the *i*-th range, in offset order (less any a
-        transform dropped), as Spark's Kafka integration gives ``offsetRanges``. A sink
+        transform dropped), as Spark's Kafka integration gives ``offsetRanges``. The
+        ranges themselves come in the order of the partitions, which is not always
+        offset order (Spark reads the biggest file first). A sink
         can then write each Spark partition as an output of its own, without a shuffle.
 
         None outside a put, for a task that is not :attr:`SinkTask.offset_ranged`, and
@@ -131,9 +133,11 @@ class SinkTask(Task):
     TOPICS_CONFIG: Final = "topics"
     #: Whether :meth:`put` is given DataFrames with a Spark partition per range of
     #: offsets where the topic's files allow it, saying which range each holds
-    #: (:meth:`SinkTaskContext.offset_ranges`). For a sink that writes each partition out
-    #: on its own; others do without it: Spark reads a topic's files columnar, one split
-    #: at a time, and a partition per file makes it read them row by row.
+    #: (:meth:`SinkTaskContext.offset_ranges`; the partitions hold their ranges in the
+    #: order Spark reads the files, not necessarily in offset order). For a sink that
+    #: writes each partition out on its own; others do without it: Spark cuts big files
+    #: into splits for its cores, and a partition per file leaves cores idle when the
+    #: files are fewer than the cores.
     offset_ranged: ClassVar[bool] = False
     #: Whether :meth:`put` takes typed keys and values as topics hold them: native Spark
     #: columns (a struct of a table's columns, a decimal …). A sink that writes bytes

@@ -12,8 +12,9 @@ order, so a record's offset is its file's first offset plus its row's index in t
 column, and the batches staged by Spark have none. They are read file by file, only the
 files a read needs, filtered only where a file is partly wanted; and since the union of
 their scans keeps each scan's order, an ordered read of them costs no sort. A *ranged*
-read makes each file's scan one Spark partition (and the session keeps a union's inputs
-apart, see :data:`~herder.dataplane.spark.SESSION_CONF`), so it can say which offsets
+read makes each file one Spark partition — whole files in one scan that never cuts or
+packs files, others a scan each, unioned (and the session keeps a union's inputs
+apart, see :data:`~herder.dataplane.spark.SESSION_CONF`) — so it can say which offsets
 each of its Spark partitions holds (:class:`~herder.connect.OffsetRange`): a sink can
 write each partition out on its own, in order, with no shuffle. Other
 segments' files carry ``seq``, each record's place in its segment: the offset is ``base +
@@ -97,7 +98,9 @@ def slices_dataframe(
     """The records of ``slices`` as one DataFrame; in (partition, offset) order if
     ``ordered``. With it, if ``ranged``, the offset range each of its Spark partitions
     holds, in the order of its partitions; or None if its partitions do not follow
-    offset ranges.
+    offset ranges. A ranged read's partitions each hold their range in offset order,
+    but they need not come in offset order themselves: whole files are read in one scan,
+    whose partitions come in the order Spark reads them (see :func:`_whole_files_scan`).
 
     An ordered DataFrame's Spark partitions come in that order, each one's rows in it.
     An ordered ``ranged`` read of at most :data:`MAX_FILES_UNIONED` pieces (a
@@ -113,6 +116,9 @@ def slices_dataframe(
     few = len(files) <= MAX_FILES_UNIONED or bool(types.encoded) or any(f.constants for f in files)
     pieces = _pieces_of(files)
     if ranged and ordered and len(pieces) <= MAX_FILES_UNIONED:
+        scanned = _whole_files_scan(spark, storage, topic, files, types)
+        if scanned is not None:
+            return scanned
         # one Spark partition per piece (a positional file, or a whole segment of
         # another kind, sorted), in order: a union keeps its inputs' partitions in
         # order, so the DataFrame's are its pieces' ranges
@@ -379,6 +385,91 @@ def _pieces_of(files: Sequence[_FileRead]) -> list[list[_FileRead]]:
     return pieces
 
 
+def _whole_files_scan(
+    spark: SparkSession,
+    storage: Storage,
+    topic: str,
+    files: Sequence[_FileRead],
+    types: _ReadTypes,
+) -> tuple[DataFrame, list[OffsetRange]] | None:
+    """The records of ``files`` in one Parquet scan that reads each file as a Spark
+    partition of its own, and the offset range each partition holds, in the order
+    Spark reads them (it reads the biggest file first, not the first offsets); None
+    unless every file is positional, wanted whole and read as it is stored (no value
+    fields put back, no envelope), or where there is no :func:`unsplit_session`.
+
+    One scan costs less than a union of a scan per file (:func:`_piece_by_piece`):
+    Spark resolves one relation rather than one a file, sends the job's tasks one
+    Hadoop configuration rather than one a file, and reads every file in the same
+    compiled code. Measured in one process, interleaved, a text write of 10,000,000
+    records staged in 8 files: planned in 0.09 s and written in 1.17 s, against 0.17 s
+    and 1.35 s as a union (plain Spark's scan of the same files: 0.05 s and 1.08 s).
+
+    A row's partition, offset and timestamp come from its file, found by its name
+    (``input_file_name()``, the name Spark's scan gives it) in a literal map: a lookup
+    per row, but only for a reader that uses them (a sink writing values reads values
+    alone). Which file each Spark partition reads is Spark's own planning, asked of the
+    scan once; the same relation is planned alike for whatever derives from it.
+    """
+    unsplit = unsplit_session(spark)
+    if unsplit is None or types.encoded:
+        return None
+    if any(not f.positional or f.filtered or f.constants for f in files):
+        return None
+    rows = unsplit.read.schema(f"{FILE_SCHEMA.format(**types.ddl)}, {ROW_INDEX} bigint").parquet(
+        *(storage.uri(f.path) for f in files)
+    )
+    read = _files_read(rows)
+    if read is None:
+        return None
+    ordered = [f for name in read for f in files if _names(name, f.path)]
+    if len(ordered) != len(files) or len(set(map(id, ordered))) != len(files):
+        wanted = [f.path for f in files]
+        raise RuntimeError(f"Spark planned to read {read}, which are not the files {wanted}")
+    located = ", ".join(
+        f"{_sql_string(name)}, named_struct('partition', {f.partition}, 'first',"
+        f" CAST({f.first} AS BIGINT), 'timestamp', CAST({f.timestamp} AS BIGINT))"
+        for name, f in zip(read, ordered, strict=True)
+    )
+    missing = "raise_error('Spark gave no row index for ' || input_file_name())"
+    out = rows.selectExpr("*", f"map({located})[input_file_name()] AS _file").selectExpr(
+        *_located_columns(
+            "_file.partition", f"_file.first + coalesce({ROW_INDEX}, {missing})", "_file.timestamp"
+        )
+    )
+    ranges = [
+        OffsetRange(TopicPartition(topic, f.partition), f.from_offset, f.to_offset) for f in ordered
+    ]
+    return out.selectExpr(*_sink_columns(topic)), ranges
+
+
+def _files_read(rows: DataFrame) -> list[str] | None:
+    """The file each Spark partition of a scan reads, as Spark names it (the name
+    ``input_file_name()`` gives), in the order of its partitions; None if a partition
+    reads several (the worker's properties bound the partitions of a scan:
+    ``spark.sql.files.maxPartitionNum``)."""
+    scan = rows._jdf.queryExecution().executedPlan().collectLeaves().head()
+    names = []
+    for partition in scan.inputRDD().partitions():
+        files = partition.files()
+        if len(files) != 1:
+            return None
+        names.append(str(files[0].filePath().toString()))
+    return names
+
+
+def _names(name: str, path: str) -> bool:
+    """Whether Spark's ``name`` for a file (a URI) names the file at ``path`` in storage."""
+    from urllib.parse import unquote
+
+    return unquote(name).endswith("/" + path)
+
+
+def _sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def _piece_by_piece(
     spark: SparkSession,
     storage: Storage,
@@ -441,6 +532,8 @@ def unsplit_session(spark: SparkSession) -> SparkSession | None:
             # share of the cores to cut it down to
             found.conf.set("spark.sql.files.maxPartitionBytes", str(1 << 62))
             found.conf.set("spark.sql.files.minPartitionNum", "1")
+            # nor packs files together: a file opens at the cost of a whole split
+            found.conf.set("spark.sql.files.openCostInBytes", str(1 << 62))
             _unsplit[spark] = found
         return found
 
