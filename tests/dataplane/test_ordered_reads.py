@@ -397,3 +397,34 @@ async def test_whole_files_are_found_by_their_names_in_any_storage_root(
         assert [[(r["partition"], r["offset"], r["value"]) for r in part] for part in parts] == [
             [(0, o, values[o]) for o in range(r.from_offset, r.until_offset)] for r in ranges
         ]
+
+
+async def test_whole_files_read_by_another_parquet_source_are_read_file_by_file(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the worker's Spark settings have Parquet read by Spark's other source, whose
+    plan does not say which file each partition reads, a ranged read unions a scan per
+    file instead, in offset order, as it does for files read in part."""
+    from herder.dataplane.reader import unsplit_session
+
+    monkeypatch.setattr(writer_module, "MAX_RECORDS_PER_FILE", 300)
+    values = [b"w%04d" % i + b"y" * (i % 5) for i in range(1_000)]
+    session = unsplit_session(spark.session)
+    assert session is not None
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("packed", 1)
+        writer = SegmentWriter(topics, spark, "packed-0", 1)
+        await topics.commit(await writer.stage([SourceRecord({}, {}, "packed", v) for v in values]))
+        session.conf.set("spark.sql.sources.useV1SourceList", "")
+        try:
+            df, ranges = await topics.read_ranged("packed", ordered=True)
+            assert ranges is not None
+            assert [(r.from_offset, r.until_offset) for r in ranges] == [
+                (0, 300), (300, 600), (600, 900), (900, 1_000)
+            ]  # fmt: skip
+            parts = await spark.run(lambda: df.rdd.glom().collect())
+        finally:
+            session.conf.unset("spark.sql.sources.useV1SourceList")
+        assert [[(r["offset"], r["value"]) for r in part] for part in parts] == [
+            [(o, values[o]) for o in range(r.from_offset, r.until_offset)] for r in ranges
+        ]

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -65,6 +66,8 @@ from herder.dataplane.typed import ddl as typed_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
 
 #: The schema of a segment file, as Spark reads it, with the DDL of its key and value.
 FILE_SCHEMA = "key {key}, value {value}, headers " + HEADERS_DDL + ", timestamp bigint, seq bigint"
@@ -412,7 +415,7 @@ def _whole_files_scan(
     scan once; the same relation is planned alike for whatever derives from it.
     """
     unsplit = unsplit_session(spark)
-    if unsplit is None or types.encoded:
+    if unsplit is None or types.encoded or not files:
         return None
     if any(not f.positional or f.filtered or f.constants for f in files):
         return None
@@ -447,14 +450,21 @@ def _files_read(rows: DataFrame) -> list[str] | None:
     """The file each Spark partition of a scan reads, as Spark names it (the name
     ``input_file_name()`` gives), in the order of its partitions; None if a partition
     reads several (the worker's properties bound the partitions of a scan:
-    ``spark.sql.files.maxPartitionNum``)."""
-    scan = rows._jdf.queryExecution().executedPlan().collectLeaves().head()
-    names = []
-    for partition in scan.inputRDD().partitions():
-        files = partition.files()
-        if len(files) != 1:
-            return None
-        names.append(str(files[0].filePath().toString()))
+    ``spark.sql.files.maxPartitionNum``), or if the scan is not Spark's file scan
+    (a worker's properties may have Parquet read by another source)."""
+    from py4j.protocol import Py4JError
+
+    try:
+        scan = rows._jdf.queryExecution().executedPlan().collectLeaves().head()
+        names = []
+        for partition in scan.inputRDD().partitions():
+            files = partition.files()
+            if len(files) != 1:
+                return None
+            names.append(str(files[0].filePath().toString()))
+    except Py4JError:
+        log.debug("a scan's files were not found in its plan; read file by file", exc_info=True)
+        return None
     return names
 
 
