@@ -148,10 +148,10 @@ class SinkTask(Task):
     #: The records one delivery reads (its budget) unless the connector's
     #: ``consumer.max.records`` says otherwise; None for the runtime's default, which
     #: bounds what a task that collects its DataFrame to the driver holds at once. A
-    #: delivery reads whole files: one bigger than the budget whole, and, read by
-    #: Spark, one per core while they end within twice the budget. A task whose
-    #: :meth:`put` writes on Spark's executors, never collecting, may take more: fewer,
-    #: bigger Spark jobs cost less per record.
+    #: delivery reads whole files: one bigger than the budget whole, and, for an
+    #: :attr:`offset_ranged` task read by Spark, one per core while they end within
+    #: twice the budget. A task whose :meth:`put` writes on Spark's executors, never
+    #: collecting, may take more: fewer, bigger Spark jobs cost less per record.
     max_records_per_delivery: ClassVar[int | None] = None
 
     context: SinkTaskContext

@@ -36,9 +36,12 @@ class DeliveryPlan:
     #: to ``budget`` for one Spark job; a delivery whose first piece is bigger (bulk
     #: data) goes through Spark, and takes up to ``budget``
     small_budget: int = 0
-    #: pieces a delivery read by Spark should hold, one per core Spark has, even past
-    #: ``budget`` (see :meth:`PartitionState.read_stop
-    #: <herder.dataplane.metadata.PartitionState.read_stop>`)
+    #: pieces a ranged delivery read by Spark should hold, one per core Spark has, even
+    #: past ``budget`` (see :meth:`PartitionState.read_stop
+    #: <herder.dataplane.metadata.PartitionState.read_stop>`): each of its pieces is a
+    #: Spark partition, read by one core. Other reads are cut into splits for the cores
+    #: by Spark, whatever their files, and keep to ``budget``: their sinks may collect
+    #: what they read to the driver
     spread: int = 1
     #: ``[position, stop)`` of each partition to read, by topic
     by_topic: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
@@ -78,7 +81,8 @@ class DeliveryPlan:
             return
         left = self._pieces_left(tp.topic)
         taken_before = self._pieces.get(tp.topic, 0)
-        stop = state.read_stop(position, self.budget, left, max(1, self.spread - taken_before))
+        spread = self.spread - taken_before if left is not None else 1
+        stop = state.read_stop(position, self.budget, left, max(1, spread))
         if stop <= position:
             return
         if self.small_budget > 0 and self._small is not False:
@@ -104,7 +108,7 @@ class DeliveryPlan:
         if left is not None:
             ranges = self.ranges.setdefault(tp.topic, [])
             ranges.extend(taken)
-            ranges.sort(key=lambda r: (r.topic_partition.partition, r.from_offset))
+            ranges.sort()
         self.budget -= stop - position
         self.by_topic.setdefault(tp.topic, {})[tp.partition] = (position, stop)
 

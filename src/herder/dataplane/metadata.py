@@ -324,10 +324,11 @@ class PartitionState:
         fetch limit, so a consumer always progresses). ``position`` itself if there is
         nothing to read.
 
-        ``min_pieces``: so that a read by Spark gives each of its cores a file, it takes
-        that many pieces (or all there are, within ``max_pieces``) past ``budget``, as
-        long as they end within twice ``budget``: with pieces of more than half the
-        budget, it would otherwise take one at a time, and one core would do the work.
+        ``min_pieces``: so that a ranged read (a Spark partition per piece) gives each of
+        Spark's cores a file, it takes that many pieces (or all there are, within
+        ``max_pieces``) past ``budget``, as long as they end within twice ``budget``:
+        with pieces of more than half the budget, it would otherwise take one at a
+        time, and one core would do the work.
         """
         limit, stretch = position + budget, position + 2 * budget
         stop: int | None = None
