@@ -216,8 +216,10 @@ def _one_scan(
         .where((F.col("_place") >= F.col("_file.lo")) & (F.col("_place") < F.col("_file.hi")))
     )
     return rows.selectExpr(
-        *_located_columns("_file.partition", "_file.first + _place", "_file.timestamp")
-    ).selectExpr(*_sink_columns(topic))
+        *_sink_columns(
+            topic, "_file.partition", "_file.first + _place", "coalesce(timestamp, _file.timestamp)"
+        )
+    )
 
 
 # SQL strings rather than Column objects: a few calls into Spark's JVM per file, where
@@ -238,15 +240,19 @@ def _located_columns(partition: str, offset: str, shared_timestamp: str) -> list
     ]
 
 
-def _sink_columns(topic: str) -> list[str]:
-    """SQL for the columns a reader gives, from those of :func:`_located_columns`: the
-    same for every file, so a union of files is projected once. Topic names are letters,
-    digits, ``.``, ``_`` and ``-``: safe in a SQL literal."""
+def _sink_columns(
+    topic: str, partition: str = "partition", offset: str = "offset", timestamp: str = "timestamp"
+) -> list[str]:
+    """SQL for the columns a reader gives, from the SQL of their partition, offset and
+    timestamp (in ms): by default those of :func:`_located_columns`, the same for every
+    file, so a union of files is projected once; a scan of several files gives its own,
+    and is projected once too. Topic names are letters, digits, ``.``, ``_`` and ``-``:
+    safe in a SQL literal."""
     return [
         f"'{topic}' AS topic",
-        "partition",
-        "offset",
-        "timestamp_millis(timestamp) AS timestamp",
+        f"{partition} AS partition",
+        f"{offset} AS offset",
+        f"timestamp_millis({timestamp}) AS timestamp",
         "key",
         "value",
         f"coalesce(headers, CAST(array() AS {HEADERS_DDL})) AS headers",
@@ -436,14 +442,17 @@ def _whole_files_scan(
     )
     missing = "raise_error('Spark gave no row index for ' || input_file_name())"
     out = rows.selectExpr("*", f"map({located})[input_file_name()] AS _file").selectExpr(
-        *_located_columns(
-            "_file.partition", f"_file.first + coalesce({ROW_INDEX}, {missing})", "_file.timestamp"
+        *_sink_columns(
+            topic,
+            "_file.partition",
+            f"_file.first + coalesce({ROW_INDEX}, {missing})",
+            "coalesce(timestamp, _file.timestamp)",
         )
     )
     ranges = [
         OffsetRange(TopicPartition(topic, f.partition), f.from_offset, f.to_offset) for f in ordered
     ]
-    return out.selectExpr(*_sink_columns(topic)), ranges
+    return out, ranges
 
 
 def _files_read(rows: DataFrame) -> list[str] | None:
