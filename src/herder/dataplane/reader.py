@@ -441,7 +441,9 @@ def _whole_files_scan(
         for name, f in zip(read, ordered, strict=True)
     )
     missing = "raise_error('Spark gave no row index for ' || input_file_name())"
-    out = rows.selectExpr("*", f"map({located})[input_file_name()] AS _file").selectExpr(
+    unknown = "raise_error('Spark read a file the read did not plan: ' || input_file_name())"
+    file = f"coalesce(map({located})[input_file_name()], {unknown}) AS _file"
+    out = rows.selectExpr("*", file).selectExpr(
         *_sink_columns(
             topic,
             "_file.partition",
@@ -553,6 +555,11 @@ def unsplit_session(spark: SparkSession) -> SparkSession | None:
             found.conf.set("spark.sql.files.minPartitionNum", "1")
             # nor packs files together: a file opens at the cost of a whole split
             found.conf.set("spark.sql.files.openCostInBytes", str(1 << 62))
+            # nor runs a scan as one task (a plan Spark deems small), whatever the
+            # worker's properties say: a ranged read's partitions are its files
+            found.conf.set("spark.sql.optimizer.singleTaskExecution.enabled", "false")
+            # and SQL string literals are read with their escapes (_sql_string)
+            found.conf.set("spark.sql.parser.escapedStringLiterals", "false")
             _unsplit[spark] = found
         return found
 
