@@ -216,9 +216,7 @@ def _one_scan(
         .where((F.col("_place") >= F.col("_file.lo")) & (F.col("_place") < F.col("_file.hi")))
     )
     return rows.selectExpr(
-        *_sink_columns(
-            topic, "_file.partition", "_file.first + _place", "coalesce(timestamp, _file.timestamp)"
-        )
+        *_sink_columns(topic, "_file.partition", "_file.first + _place", "_file.timestamp")
     )
 
 
@@ -241,16 +239,23 @@ def _located_columns(partition: str, offset: str, shared_timestamp: str) -> list
 
 
 def _sink_columns(
-    topic: str, partition: str = "partition", offset: str = "offset", timestamp: str = "timestamp"
+    topic: str,
+    partition: str = "partition",
+    offset: str = "offset",
+    shared_timestamp: str | None = None,
 ) -> list[str]:
-    """SQL for the columns a reader gives, from the SQL of their partition, offset and
-    timestamp (in ms): by default those of :func:`_located_columns`, the same for every
-    file, so a union of files is projected once; a scan of several files gives its own,
-    and is projected once too. Topic names are letters, digits, ``.``, ``_`` and ``-``:
-    safe in a SQL literal."""
+    """SQL for the columns a reader gives: by default from those of
+    :func:`_located_columns`, the same for every file, so a union of files is projected
+    once; or, for a scan of several files, projected once too, straight from the SQL of
+    their partition, their offset and the timestamp (in ms) of a file without
+    timestamps, as :func:`_located_columns` takes them. Topic names are letters,
+    digits, ``.``, ``_`` and ``-``: safe in a SQL literal."""
+    timestamp = "timestamp"
+    if shared_timestamp is not None:
+        timestamp = f"coalesce(timestamp, CAST({shared_timestamp} AS BIGINT))"
     return [
         f"'{topic}' AS topic",
-        f"{partition} AS partition",
+        f"CAST({partition} AS INT) AS partition",
         f"{offset} AS offset",
         f"timestamp_millis({timestamp}) AS timestamp",
         "key",
@@ -448,7 +453,7 @@ def _whole_files_scan(
             topic,
             "_file.partition",
             f"_file.first + coalesce({ROW_INDEX}, {missing})",
-            "coalesce(timestamp, _file.timestamp)",
+            "_file.timestamp",
         )
     )
     ranges = [
