@@ -404,6 +404,65 @@ def child_json(command: Sequence[str], timeout: float, what: str) -> dict[str, A
     return json.loads(out.decode().strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+class JsonChild:
+    """A benchmark's own child (``what``: e.g. its plain Spark side) kept alive and asked
+    for one step at a time: a line to its stdin, a JSON object on one line of its
+    stdout in answer. A benchmark interleaves the child's steps with its own, so that a
+    machine that speeds up or slows down in the meantime weighs on both sides alike.
+    Its stderr goes to ``log_path``; :meth:`close` (EOF, then SIGTERM, then SIGKILL)
+    ends it, and it is asked to die with the benchmark."""
+
+    def __init__(self, command: Sequence[str], what: str, log_path: Path) -> None:
+        self.what = what
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
+        with children_ignore_sigint():
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                preexec_fn=_die_with_parent,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def ask(self, request: str, timeout: float) -> dict[str, Any]:
+        """Send ``request`` and wait up to ``timeout`` s for the child's answer."""
+        import selectors
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(request.encode() + b"\n")
+        self.proc.stdin.flush()
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout):
+                raise TimeoutError(f"{self.what} did not answer {request!r} within {timeout:.0f}s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.what} exited with status {self.proc.wait()}")
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    def close(self, timeout: float = 30.0) -> None:
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        finally:
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+            self._log.close()
+
+
 def children_by_parent() -> dict[int, list[int]]:
     """Every process's children, by parent pid (read from ``/proc`` now)."""
     children: dict[int, list[int]] = {}
@@ -448,6 +507,19 @@ class MachineCpu:
         """The share of all cores' time that was busy between ``earlier`` and this."""
         elapsed = self.total - earlier.total
         return (self.busy - earlier.busy) / elapsed if elapsed else 0.0
+
+
+def wait_quiet(max_pct: float = 10.0, window: float = 0.5, timeout: float = 15.0) -> float:
+    """Wait until the whole machine used less than ``max_pct`` % of one core over a
+    ``window`` of seconds (what the step before left running, such as a worker stopping
+    a connector's tasks, is done), or ``timeout`` s passed; return the last window's %."""
+    deadline = time.monotonic() + timeout
+    while True:
+        before = MachineCpu.read()
+        time.sleep(window)
+        pct = 100 * MachineCpu.read().busy_fraction_since(before) * (os.cpu_count() or 1)
+        if pct < max_pct or time.monotonic() > deadline:
+            return round(pct, 1)
 
 
 # -- figures -----------------------------------------------------------------------------

@@ -33,9 +33,14 @@ about B bytes (default 100), ``{"id":…,"pad":"…"}``. For each task count T o
 Each T gets ``--warmup-runs`` untimed runs first (default 1) on both sides, so the
 JVMs' hot paths are compiled before the clock runs; on herder's side, after one more
 first with tasks on every worker (a run of one task lands on either worker). Then
-``--runs`` measured runs follow (default 2) and, as in ``bench/pipeline.py``, the best
-counts: on a machine of two cores running three JVMs, one run can move by 15%. The
-JSON has, per T, records/s of both (with every measured run's seconds) and their
+``--runs`` rounds follow (default 2), each a measured run of every T, and, as in
+``bench/pipeline.py``, the best run of each T counts: on a machine of two cores running
+three JVMs, one run can move by 15%. Plain Spark's process lives as long as herder's
+workers, and the two sides take turns, a run of each, which side goes first
+alternating: a machine that slows down or speeds up during the benchmark weighs on
+every T and both sides alike. Each run starts once the machine has settled (under 10%
+of a core busy).
+The JSON has, per T, records/s of both (with every measured run's seconds) and their
 ratio, and ``scaling``: records/s at each T over records/s at T=1 (on a machine of two
 cores the point is that it does not fall).
 Progress goes to stderr; every process started is stopped by PID in ``finally`` blocks.
@@ -116,7 +121,9 @@ def shares(items: Sequence[Any], count: int) -> list[list[Any]]:
 
 
 def anchor_child(spec: str) -> None:
-    """Runs in a process of its own: the partitioned write and read, timed per task count."""
+    """Runs in a process of its own: the partitioned write and read with T threads, timed,
+    once per line ``T`` read from stdin (one JSON line of figures in answer), until
+    stdin ends."""
     from pyspark.sql import functions as F
 
     from herder.dataplane.spark import SparkRuntime, SparkSettings
@@ -125,7 +132,6 @@ def anchor_child(spec: str) -> None:
     session = SparkRuntime(SparkSettings.from_properties(params["spark"])).session
     inputs = sorted(str(p) for p in Path(params["input"]).iterdir())
     partitions, batch = params["partitions"], params["batch_files"]
-    results: dict[str, Any] = {}
 
     def in_threads(work: list[list[Any]], job: Any) -> None:
         threads = [threading.Thread(target=job, args=(i, w)) for i, w in enumerate(work)]
@@ -134,65 +140,74 @@ def anchor_child(spec: str) -> None:
         for t in threads:
             t.join()
 
-    for tasks in params["tasks"]:
-        runs = []
-        for run in range(params["warmups"] + params["runs"]):
-            root = Path(params["work"]) / f"anchor-{tasks}-{run}"
+    for run, line in enumerate(sys.stdin):
+        tasks = int(line)
+        root = Path(params["work"]) / f"anchor-{run}"
 
-            def write(task: int, files: list[str], root: Path = root, tasks: int = tasks) -> None:
-                for n, start in enumerate(range(0, len(files), batch)):
-                    rows = session.read.schema(SCHEMA).json(files[start : start + batch])
-                    value = F.to_json(F.struct(*[F.col(c) for c in rows.columns]))
-                    p = (task + n * tasks) % partitions
-                    target = root / "topic" / f"partition={p}" / f"{task}-{n}"
-                    rows.select(value.alias("value")).write.parquet(str(target))
+        def write(task: int, files: list[str], root: Path = root, tasks: int = tasks) -> None:
+            for n, start in enumerate(range(0, len(files), batch)):
+                rows = session.read.schema(SCHEMA).json(files[start : start + batch])
+                value = F.to_json(F.struct(*[F.col(c) for c in rows.columns]))
+                p = (task + n * tasks) % partitions
+                target = root / "topic" / f"partition={p}" / f"{task}-{n}"
+                rows.select(value.alias("value")).write.parquet(str(target))
 
-            def read(task: int, mine: list[int], root: Path = root) -> None:
-                dirs = [str(root / "topic" / f"partition={p}") for p in mine]
-                dirs = [d for d in dirs if os.path.isdir(d)]
-                if dirs:
-                    paths = [f"{d}/*" for d in dirs]
-                    session.read.parquet(*paths).write.text(str(root / "out" / str(task)))
+        def read(task: int, mine: list[int], root: Path = root) -> None:
+            dirs = [str(root / "topic" / f"partition={p}") for p in mine]
+            dirs = [d for d in dirs if os.path.isdir(d)]
+            if dirs:
+                paths = [f"{d}/*" for d in dirs]
+                session.read.parquet(*paths).write.text(str(root / "out" / str(task)))
 
-            started = time.monotonic()
-            in_threads(shares(inputs, tasks), write)
-            written = time.monotonic()
-            in_threads(shares(list(range(partitions)), tasks), read)
-            done = time.monotonic()
-            runs.append({"write_s": written - started, "read_s": done - written})
-            shutil.rmtree(root, ignore_errors=True)
-        measured = runs[params["warmups"] :]
-        results[str(tasks)] = {"warmups": runs[: params["warmups"]], "runs": measured}
-    print(json.dumps(results), flush=True)
+        started = time.monotonic()
+        in_threads(shares(inputs, tasks), write)
+        written = time.monotonic()
+        in_threads(shares(list(range(partitions)), tasks), read)
+        done = time.monotonic()
+        shutil.rmtree(root, ignore_errors=True)
+        print(json.dumps({"write_s": written - started, "read_s": done - written}), flush=True)
 
 
-def run_anchor(args: argparse.Namespace, input_dir: Path, work: Path) -> dict[str, Any]:
-    _procs.progress(f"plain Spark: partitioned write and read with {args.tasks} threads")
-    spec = {
-        "spark": {"spark.master": "local[*]", "spark.driver.memory": args.driver_memory},
-        "input": str(input_dir),
-        "work": str(work),
-        "tasks": args.tasks,
-        "partitions": args.partitions,
-        "batch_files": args.batch_files,
-        "warmups": args.warmup_runs,
-        "runs": args.runs,
-    }
-    command = [sys.executable, str(Path(__file__).resolve()), "--anchor-child", json.dumps(spec)]
-    figures = _procs.child_json(command, 3600, "the plain Spark run")
-    out = {}
-    for tasks in args.tasks:
-        runs = figures[str(tasks)]["runs"]
+class Anchor:
+    """Plain Spark's side (:func:`anchor_child`), alive in a process of its own for the
+    whole benchmark and asked for one run at a time, so its runs interleave with
+    herder's."""
+
+    def __init__(self, args: argparse.Namespace, input_dir: Path, work: Path) -> None:
+        spec = {
+            "spark": {"spark.master": "local[*]", "spark.driver.memory": args.driver_memory},
+            "input": str(input_dir),
+            "work": str(work),
+            "partitions": args.partitions,
+            "batch_files": args.batch_files,
+        }
+        command = [
+            sys.executable, str(Path(__file__).resolve()), "--anchor-child", json.dumps(spec)
+        ]  # fmt: skip
+        self.child = _procs.JsonChild(command, "the plain Spark run", work / "anchor.log")
+        self.records = args.records
+        self.runs: dict[int, list[dict[str, float]]] = {}
+
+    def run(self, tasks: int, *, warmup: bool) -> None:
+        _procs.wait_quiet()
+        figures = self.child.ask(str(tasks), 3600)
+        if not warmup:
+            self.runs.setdefault(tasks, []).append(figures)
+
+    def close(self) -> None:
+        self.child.close()
+
+    def figures(self, tasks: int) -> dict[str, Any]:
+        runs = self.runs[tasks]
         run = min(runs, key=lambda r: r["write_s"] + r["read_s"])
         seconds = run["write_s"] + run["read_s"]
-        out[str(tasks)] = {
+        return {
             "seconds": round(seconds, 3),
             "write_s": round(run["write_s"], 3),
             "read_s": round(run["read_s"], 3),
-            "records_per_s": round(args.records / seconds),
+            "records_per_s": round(self.records / seconds),
             "runs_s": [round(r["write_s"] + r["read_s"], 3) for r in runs],
         }
-    return out
 
 
 # -- herder ---------------------------------------------------------------------------------
@@ -318,6 +333,7 @@ def run_herder(
     # once records flow waits for the others to finish their deliveries and rejoin,
     # which would time the group's forming, not the pipeline's throughput.
     until(lambda: cluster.group_formed(f"{name}-sink", tasks), 300, f"{name}-sink's group formed")
+    _procs.wait_quiet()  # the tasks started, the previous step's work is done
     size = sum(p.stat().st_size for p in prepared.iterdir())
     cpu = cluster.cpu_seconds()
     started = time.monotonic()
@@ -349,6 +365,46 @@ def run_herder(
 # -- the run ----------------------------------------------------------------------------------
 
 
+def measure(
+    args: argparse.Namespace, anchor: Anchor, cluster: Cluster, work: Path
+) -> dict[int, list[dict[str, Any]]]:
+    """Both sides' runs, a run of each in turn: warm-ups per task count, then
+    ``--runs`` rounds of a measured run per task count, so that a machine that slows
+    down or speeds up during the benchmark weighs on every task count and both sides
+    alike. Herder's measured runs, by task count."""
+
+    def herder_run(name: str, tasks: int) -> dict[str, Any]:
+        prepared = work / f"{name}.prepared"
+        write_input(prepared, args.records, args.files, args.row_bytes)
+        return run_herder(cluster, args, name, tasks, prepared, work)
+
+    if args.warmup_runs:
+        # a run that puts tasks on every worker: the per-T warm-ups below would
+        # otherwise warm only the worker that one task landed on, and its measured run
+        # might land on the other, cold one
+        spread = max(WORKERS, *args.tasks)
+        _procs.progress(f"herder: {spread} tasks each side, warming every worker")
+        herder_run("warm", spread)
+    for tasks in args.tasks:
+        for run_index in range(args.warmup_runs):
+            _procs.progress(f"{tasks} tasks each side, warm-up: plain Spark, then herder")
+            anchor.run(tasks, warmup=True)
+            herder_run(f"w{tasks}r{run_index}", tasks)
+    measured: dict[int, list[dict[str, Any]]] = {}
+    for run_index in range(args.runs):
+        for tasks in args.tasks:
+            _procs.progress(f"round {run_index + 1} of {args.runs}, {tasks} tasks each side")
+            # which side goes first alternates, as in bench/pipeline.py
+            if run_index % 2 == 0:
+                anchor.run(tasks, warmup=False)
+            result = herder_run(f"p{tasks}r{run_index}", tasks)
+            if run_index % 2:
+                anchor.run(tasks, warmup=False)
+            measured.setdefault(tasks, []).append(result)
+            _procs.progress(f"herder, {tasks} tasks: {result['records_per_s']:,} rows/s")
+    return measured
+
+
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     work = Path(tempfile.mkdtemp(prefix="herder-bench-partitions-", dir=args.tmp_dir))
     figures: dict[str, Any] = {
@@ -367,50 +423,33 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     try:
         anchor_input = work / "anchor-input"
         figures["input_bytes"] = write_input(anchor_input, args.records, args.files, args.row_bytes)
-        anchor = run_anchor(args, anchor_input, work)
+        anchor = Anchor(args, anchor_input, work)
         results: dict[str, Any] = {}
-        with _procs.Services(work) as services:
-            cluster = Cluster(services, work, args.driver_memory, args.worker_log_level)
-            try:
-                if args.warmup_runs:
-                    # a run that puts tasks on every worker: the per-T warm-ups below
-                    # would otherwise warm only the worker that one task landed on,
-                    # and its measured run might land on the other, cold one
-                    spread = max(WORKERS, *args.tasks)
-                    _procs.progress(f"herder: {spread} tasks each side, warming every worker")
-                    prepared = work / "warm.prepared"
-                    write_input(prepared, args.records, args.files, args.row_bytes)
-                    run_herder(cluster, args, "warm", spread, prepared, work)
-                for tasks in args.tasks:
-                    measured = []
-                    for run_index in range(args.warmup_runs + args.runs):
-                        label = "warm-up" if run_index < args.warmup_runs else "measured"
-                        _procs.progress(f"herder: {tasks} tasks each side, {label} run")
-                        name = f"p{tasks}r{run_index}"
-                        prepared = work / f"{name}.prepared"
-                        write_input(prepared, args.records, args.files, args.row_bytes)
-                        result = run_herder(cluster, args, name, tasks, prepared, work)
-                        if run_index >= args.warmup_runs:
-                            measured.append(result)
-                    # the best run counts; every run's output must hold each row once
-                    result = {
-                        **max(measured, key=lambda r: r["records_per_s"]),
-                        "runs_s": [r["seconds"] for r in measured],
-                        "exactly_once": all(r["exactly_once"] for r in measured),
-                    }
-                    _procs.progress(f"herder, {tasks} tasks: {result['records_per_s']:,} rows/s")
-                    spark = anchor[str(tasks)]
-                    results[str(tasks)] = {
-                        "herder": result,
-                        "spark": spark,
-                        "ratio_to_spark": _procs.ratio(
-                            result["records_per_s"], spark["records_per_s"]
-                        ),
-                    }
-                    if not result["exactly_once"]:
-                        status = 1
-            finally:
-                cluster.http.close()
+        try:
+            with _procs.Services(work) as services:
+                cluster = Cluster(services, work, args.driver_memory, args.worker_log_level)
+                try:
+                    measured = measure(args, anchor, cluster, work)
+                finally:
+                    cluster.http.close()
+        finally:
+            anchor.close()
+        for tasks in args.tasks:
+            # the best run counts; every run's output must hold each row once
+            runs = measured[tasks]
+            result = {
+                **max(runs, key=lambda r: r["records_per_s"]),
+                "runs_s": [r["seconds"] for r in runs],
+                "exactly_once": all(r["exactly_once"] for r in runs),
+            }
+            spark = anchor.figures(tasks)
+            results[str(tasks)] = {
+                "herder": result,
+                "spark": spark,
+                "ratio_to_spark": _procs.ratio(result["records_per_s"], spark["records_per_s"]),
+            }
+            if not result["exactly_once"]:
+                status = 1
         figures["tasks"] = results
         base = results[str(args.tasks[0])]
         figures["scaling"] = {

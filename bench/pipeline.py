@@ -15,11 +15,15 @@ run, on 127.0.0.1 with fresh temporary directories:
 * **spark**: plain Spark, in a process of its own with the session settings a herder
   worker uses, persisting the lines the way a pipeline does — ``spark.read.text(in)
   .write.parquet(mid)``, then ``spark.read.parquet(mid).write.text(out)`` —
-  ``--warmup-runs`` times to warm up (default 3), then ``--runs`` times (default 2); the
+  ``--warmup-runs`` times to warm up (default 3), then ``--runs`` times (default 5); the
   best run counts. After each job its files are also flushed to disk, as herder flushes
   every file it writes before committing it, and ``spark.durable`` reports that
   variant: the jobs and their fsyncs (``ratio_to_durable_spark`` beside herder's
-  figures).
+  figures). Its process lives as long as herder's worker, and the two sides take
+  turns, a run of each (warm-ups, then measured runs, which side goes first
+  alternating), each run starting once the machine has settled (under 10% of a core
+  busy): a machine that slows down or speeds up during the benchmark weighs on both
+  alike.
 * **herder → DirectorySink (text)**: one ensemble server and one worker (``herder
   worker start``, Spark ``local[*]``); a DirectorySink connector writing text and a
   FileStreamSource connector are created and RUNNING on an input path that does not
@@ -56,7 +60,9 @@ runs); ``--worker-property KEY=VALUE`` sets a worker config, e.g.
 
 Each measured step reports the CPU seconds of the worker's process tree (its Python,
 its JVM, Spark's Python workers) and ``other_cpu_pct``: what every other process on
-the machine used meanwhile, in % of one core. Figures go to stdout as one JSON object,
+the machine used meanwhile, in % of one core. ``spark.cpu_s`` is the same for plain
+Spark's best run: its process tree's, for its jobs, its fsyncs and the removal of its
+files. Figures go to stdout as one JSON object,
 progress to stderr; every process started is stopped by PID in ``finally`` blocks.
 With the defaults a run takes about six minutes on two cores.
 
@@ -193,70 +199,90 @@ def spark_settings(args: argparse.Namespace) -> dict[str, str]:
     return settings
 
 
-def spark_baseline_child(input_path: str, work: str, warmups: int, runs: int, spark: str) -> None:
-    """Runs in a process of its own: plain Spark's two persisting jobs, timed."""
+def spark_baseline_child(input_path: str, work: str, spark: str) -> None:
+    """Runs in a process of its own: plain Spark's two persisting jobs, timed, once per
+    line read from stdin (one JSON line of figures in answer), until stdin ends."""
     from herder.dataplane.spark import SparkRuntime, SparkSettings
 
     settings = SparkSettings.from_properties(json.loads(spark))
-    spark = SparkRuntime(settings).session
-    results = []
-    for run in range(warmups + runs):
+    session = None
+    for run, _ in enumerate(sys.stdin):
+        if session is None:
+            session = SparkRuntime(settings).session
         mid, out = f"{work}/mid-{run}", f"{work}/out-{run}"
         started = time.monotonic()
-        spark.read.text(input_path).write.parquet(mid)
+        session.read.text(input_path).write.parquet(mid)
         middle = time.monotonic()
         make_durable(mid)
         resumed = time.monotonic()
-        spark.read.parquet(mid).write.text(out)
+        session.read.parquet(mid).write.text(out)
         done = time.monotonic()
         make_durable(out)
         synced = time.monotonic()
         jobs = (middle - started) + (done - resumed)
         fsync = (resumed - middle) + (synced - done)
-        results.append(
-            {
-                "to_parquet_s": middle - started,
-                "to_text_s": done - resumed,
-                "seconds": jobs,
-                "fsync_s": fsync,
-                "durable_seconds": jobs + fsync,
-            }
-        )
+        result = {
+            "to_parquet_s": middle - started,
+            "to_text_s": done - resumed,
+            "seconds": jobs,
+            "fsync_s": fsync,
+            "durable_seconds": jobs + fsync,
+        }
         shutil.rmtree(mid, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
-    print(json.dumps({"warmups": results[:warmups], "runs": results[warmups:]}), flush=True)
+        print(json.dumps(result), flush=True)
 
 
-def run_spark_baseline(args: argparse.Namespace, input_path: Path, work: Path) -> dict[str, Any]:
-    _procs.progress(f"plain Spark: text → parquet → text, {args.warmup_runs} + {args.runs} runs")
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--spark-baseline-child",
-        str(input_path),
-        str(work),
-        str(args.warmup_runs),
-        str(args.runs),
-        json.dumps(spark_settings(args)),
-    ]
-    figures = _procs.child_json(command, 1800, "the plain Spark run")
-    best = min(figures["runs"], key=lambda r: r["seconds"])
-    durable = min(figures["runs"], key=lambda r: r["durable_seconds"])
-    return {
-        "seconds": round(best["seconds"], 3),
-        "to_parquet_s": round(best["to_parquet_s"], 3),
-        "to_text_s": round(best["to_text_s"], 3),
-        "records_per_s": round(args.records / best["seconds"]),
-        "runs_s": [round(r["seconds"], 3) for r in figures["runs"]],
-        "warmups_s": [round(r["seconds"], 3) for r in figures["warmups"]],
-        "durable": {
-            "seconds": round(durable["durable_seconds"], 3),
-            "fsync_s": round(durable["fsync_s"], 3),
-            "records_per_s": round(args.records / durable["durable_seconds"]),
-            "runs_s": [round(r["durable_seconds"], 3) for r in figures["runs"]],
-            "fsyncs_s": [round(r["fsync_s"], 3) for r in figures["runs"]],
-        },
-    }
+class PlainSpark:
+    """Plain Spark's side (:func:`spark_baseline_child`), alive in a process of its own
+    for the whole benchmark and asked for one run at a time, so its runs interleave
+    with herder's."""
+
+    def __init__(self, args: argparse.Namespace, input_path: Path, work: Path) -> None:
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--spark-baseline-child",
+            str(input_path),
+            str(work),
+            json.dumps(spark_settings(args)),
+        ]
+        self.child = _procs.JsonChild(command, "the plain Spark run", work / "spark.log")
+        self.records = args.records
+        self.warmups: list[dict[str, Any]] = []
+        self.runs: list[dict[str, Any]] = []
+
+    def run(self, *, warmup: bool) -> None:
+        _procs.wait_quiet()
+        with Measured(self.child.pid) as measured:
+            figures = self.child.ask("run", 1800)
+        figures["cpu_s"] = measured.own_cpu[0]
+        figures["other_cpu_pct"] = measured.other_cpu_pct
+        (self.warmups if warmup else self.runs).append(figures)
+
+    def close(self) -> None:
+        self.child.close()
+
+    def figures(self) -> dict[str, Any]:
+        best = min(self.runs, key=lambda r: r["seconds"])
+        durable = min(self.runs, key=lambda r: r["durable_seconds"])
+        return {
+            "seconds": round(best["seconds"], 3),
+            "to_parquet_s": round(best["to_parquet_s"], 3),
+            "to_text_s": round(best["to_text_s"], 3),
+            "records_per_s": round(self.records / best["seconds"]),
+            "runs_s": [round(r["seconds"], 3) for r in self.runs],
+            "warmups_s": [round(r["seconds"], 3) for r in self.warmups],
+            "cpu_s": round(best["cpu_s"], 2),
+            "other_cpu_pct": max(r["other_cpu_pct"] for r in self.runs),
+            "durable": {
+                "seconds": round(durable["durable_seconds"], 3),
+                "fsync_s": round(durable["fsync_s"], 3),
+                "records_per_s": round(self.records / durable["durable_seconds"]),
+                "runs_s": [round(r["durable_seconds"], 3) for r in self.runs],
+                "fsyncs_s": [round(r["fsync_s"], 3) for r in self.runs],
+            },
+        }
 
 
 # -- herder ---------------------------------------------------------------------------------
@@ -415,6 +441,7 @@ def run_pipeline(
         {"connector.class": "FileStreamSource", "file": str(input_path), "topic": name},
     )
     until(lambda: herder.running(f"{name}-source", f"{name}-sink"), 180, f"{name} RUNNING")
+    _procs.wait_quiet()  # the tasks started, the previous step's work is done
     size = prepared.stat().st_size
     changes = Changes(output if output.is_dir() else output.parent)
     try:
@@ -699,76 +726,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         baseline_input = work / "spark-input.txt"
         size = write_lines(baseline_input, args.records, args.line_bytes)
         figures["input_bytes"] = size
-        spark = run_spark_baseline(args, baseline_input, work)
-        figures["spark"] = spark
-        _procs.progress(f"plain Spark: {spark['records_per_s']:,} lines/s")
-        with _procs.Services(work) as services:
-            herder = Herder(
-                services, work, args.driver_memory, args.worker_log_level,
-                spark_settings(args), args.worker_property,
-            )  # fmt: skip
-            try:
-                # as long as measured runs: Spark's big jobs compile and JIT their code
-                # over several runs, and plain Spark gets the same untimed warm-up
-                warmups = []
-                for i in range(args.warmup_runs):
-                    _procs.progress(f"herder: warm-up run {i + 1} of {args.records:,} lines")
-                    warm = work / f"warmup{i}.prepared"
-                    write_lines(warm, args.records, args.line_bytes)
-                    warmups.append(
-                        run_pipeline(
-                            herder,
-                            f"warmup{i}",
-                            warm,
-                            work,
-                            "DirectorySink",
-                            args.records,
-                            args.consumer_max_records,
-                        )["seconds"]
-                    )
-                    (work / f"warmup{i}.txt").unlink()
-                    shutil.rmtree(work / f"warmup{i}-out", ignore_errors=True)
-                results = {}
-                # as many measured runs as plain Spark gets, the best counting, as for it
-                plan = [(f"directory{i}", "DirectorySink") for i in range(args.runs)]
-                for name, sink in [*plan, ("file", "FileStreamSink")]:
-                    prepared = work / f"{name}.prepared"
-                    write_lines(prepared, args.records, args.line_bytes)
-                    _procs.progress(f"herder: {args.records:,} lines → {sink}")
-                    results[name] = run_pipeline(
-                        herder, name, prepared, work, sink, args.records, args.consumer_max_records
-                    )
-                    _procs.progress(f"herder → {sink}: {results[name]['records_per_s']:,} lines/s")
-                runs = [results.pop(name) for name, _ in plan]
-                directory = {
-                    **min(runs, key=lambda r: r["seconds"]),
-                    "runs_s": [r["seconds"] for r in runs],
-                    "warmups_s": warmups,
-                }
-                figures["herder_directory_sink"] = {
-                    **directory,
-                    "ratio_to_spark": _procs.ratio(
-                        directory["records_per_s"], spark["records_per_s"]
-                    ),
-                    "ratio_to_durable_spark": _procs.ratio(
-                        directory["records_per_s"], spark["durable"]["records_per_s"]
-                    ),
-                    "target_ratio": TARGET_RATIO,
-                    "target_ratio_to_durable_spark": TARGET_RATIO_TO_DURABLE,
-                    "meets_target": directory["records_per_s"]
-                    >= TARGET_RATIO * spark["records_per_s"]
-                    and directory["records_per_s"]
-                    >= TARGET_RATIO_TO_DURABLE * spark["durable"]["records_per_s"],
-                }
-                figures["herder_file_sink"] = {
-                    **results["file"],
-                    "ratio_to_spark": _procs.ratio(
-                        results["file"]["records_per_s"], spark["records_per_s"]
-                    ),
-                }
-                measure_latencies(args, herder, work, figures)
-            finally:
-                herder.close()
+        plain = PlainSpark(args, baseline_input, work)
+        try:
+            with _procs.Services(work) as services:
+                herder = Herder(
+                    services, work, args.driver_memory, args.worker_log_level,
+                    spark_settings(args), args.worker_property,
+                )  # fmt: skip
+                try:
+                    measure_throughput(args, plain, herder, work, figures)
+                    plain.close()
+                    measure_latencies(args, herder, work, figures)
+                finally:
+                    herder.close()
+        finally:
+            plain.close()
         warn_if_shared(figures)
     finally:
         if args.keep_work_dir:
@@ -778,14 +750,88 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
+def measure_throughput(
+    args: argparse.Namespace,
+    plain: PlainSpark,
+    herder: Herder,
+    work: Path,
+    figures: dict[str, Any],
+) -> None:
+    """Plain Spark's runs and herder's DirectorySink runs, one of each in turn (warm-ups,
+    then measured runs; the best of each side counts), then herder's FileStreamSink run."""
+
+    def herder_run(name: str, sink: str, *, warmup: bool = False) -> dict[str, Any]:
+        prepared = work / f"{name}.prepared"
+        write_lines(prepared, args.records, args.line_bytes)
+        _procs.progress(f"herder: {args.records:,} lines → {sink}")
+        result = run_pipeline(
+            herder, name, prepared, work, sink, args.records, args.consumer_max_records
+        )
+        _procs.progress(f"herder → {sink}: {result['records_per_s']:,} lines/s")
+        if warmup or not args.keep_work_dir:  # checked: no need for the disk it takes
+            (work / f"{name}.txt").unlink()
+            shutil.rmtree(work / f"{name}-out", ignore_errors=True)
+            (work / f"{name}-out.txt").unlink(missing_ok=True)
+        return result
+
+    # As long as measured runs: Spark's big jobs compile and JIT their code over several
+    # runs, in either process.
+    warmups = []
+    for i in range(args.warmup_runs):
+        _procs.progress(f"warm-up {i + 1} of {args.warmup_runs}: plain Spark, then herder")
+        plain.run(warmup=True)
+        warmups.append(herder_run(f"warmup{i}", "DirectorySink", warmup=True)["seconds"])
+    runs = []
+    for i in range(args.runs):
+        # which side goes first alternates: a machine slowing down throughout would
+        # otherwise favour the side that always goes first
+        first, second = ("plain Spark", "herder")[:: 1 if i % 2 == 0 else -1]
+        _procs.progress(f"run {i + 1} of {args.runs}: {first}, then {second}")
+        if i % 2:
+            runs.append(herder_run(f"directory{i}", "DirectorySink"))
+        plain.run(warmup=False)
+        _procs.progress(f"plain Spark: {args.records / plain.runs[-1]['seconds']:,.0f} lines/s")
+        if i % 2 == 0:
+            runs.append(herder_run(f"directory{i}", "DirectorySink"))
+    spark = figures["spark"] = plain.figures()
+    directory = {
+        **min(runs, key=lambda r: r["seconds"]),
+        "runs_s": [r["seconds"] for r in runs],
+        "warmups_s": warmups,
+    }
+    figures["herder_directory_sink"] = {
+        **directory,
+        "ratio_to_spark": _procs.ratio(directory["records_per_s"], spark["records_per_s"]),
+        "ratio_to_durable_spark": _procs.ratio(
+            directory["records_per_s"], spark["durable"]["records_per_s"]
+        ),
+        "target_ratio": TARGET_RATIO,
+        "target_ratio_to_durable_spark": TARGET_RATIO_TO_DURABLE,
+        "meets_target": directory["records_per_s"] >= TARGET_RATIO * spark["records_per_s"]
+        and directory["records_per_s"]
+        >= TARGET_RATIO_TO_DURABLE * spark["durable"]["records_per_s"],
+    }
+    file = herder_run("file", "FileStreamSink")
+    figures["herder_file_sink"] = {
+        **file,
+        "ratio_to_spark": _procs.ratio(file["records_per_s"], spark["records_per_s"]),
+    }
+
+
 def warn_if_shared(figures: dict[str, Any]) -> None:
     """A warning in ``figures`` if other processes took a share of the machine while
-    herder was measured."""
-    measured = ("herder_directory_sink", "herder_file_sink", "latency_ms", "sustained_latency_ms")
+    either side was measured."""
+    measured = (
+        "spark",
+        "herder_directory_sink",
+        "herder_file_sink",
+        "latency_ms",
+        "sustained_latency_ms",
+    )
     worst = max((figures[k]["other_cpu_pct"] for k in measured if k in figures), default=0.0)
     if worst > 25:
         figures["warning"] = (
-            f"other processes used up to {worst:.0f}% of a core while herder was measured:"
+            f"other processes used up to {worst:.0f}% of a core while a side was measured:"
             " the machine was shared, so these figures are not representative"
         )
 
@@ -793,7 +839,7 @@ def warn_if_shared(figures: dict[str, Any]) -> None:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_input_options(parser)
-    parser.add_argument("--runs", "--spark-runs", dest="runs", type=int, default=2)
+    parser.add_argument("--runs", "--spark-runs", dest="runs", type=int, default=5)
     parser.add_argument("--warmup-runs", type=int, default=3)
     parser.add_argument("--latency-samples", type=int, default=100)
     parser.add_argument("--latency-rate", type=float, default=5.0)
@@ -837,7 +883,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--spark-baseline-child"]:
-        spark_baseline_child(argv[1], argv[2], int(argv[3]), int(argv[4]), argv[5])
+        spark_baseline_child(argv[1], argv[2], argv[3])
         return 0
     args = parse_args(argv)
     return _procs.run_and_emit(lambda: run(args), pretty=args.pretty)
