@@ -113,3 +113,20 @@ def test_a_config_without_a_task_number_reads_every_file(
     files, ids = drain(started(config, committed), committed)
     assert len(files) == FILES
     assert sorted(ids) == list(range(FILES * ROWS_PER_FILE))
+
+
+@pytest.mark.timeout(300)
+def test_files_named_like_globs_are_each_read_once(spark: SparkRuntime, tmp_path: Path) -> None:
+    """Spark reads the paths it is given as glob patterns: ``a*.json`` would also read
+    ``ab.json`` (its rows twice), and ``b[1].json`` would match no file. Each file is
+    read as itself, once."""
+    directory = tmp_path / "in {x} [y]"
+    directory.mkdir()
+    names = ["a*.json", "ab.json", "b[1].json", "c?.json", "d\\e.json", "f{g,h}.json"]
+    for n, name in enumerate(names):
+        (directory / name).write_text(f'{{"id": {2 * n}}}\n{{"id": {2 * n + 1}}}\n')
+    config = {"directory": str(directory), "format": "json", "topic": "t", "poll.interval.ms": "10"}
+    committed = Committed()
+    files, ids = drain(started(config, committed), committed)
+    assert files == set(names)
+    assert sorted(ids) == list(range(2 * len(names)))

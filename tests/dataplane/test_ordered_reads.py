@@ -399,6 +399,38 @@ async def test_whole_files_are_found_by_their_names_in_any_storage_root(
         ]
 
 
+@pytest.mark.timeout(300)
+async def test_a_storage_root_named_like_a_glob_is_read_as_the_files_it_holds(
+    ensemble: ServerHandle, tmp_path: Path, spark: SparkRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark reads a path as a Hadoop glob pattern unless told not to: a root named
+    ``[1] {a,b} *?`` would match no file at all (``[1]`` is a class of one character).
+    Every read of a topic's files reads each file itself: the ranged read of whole
+    files, a read of a few files one by one, and the one scan of many."""
+    monkeypatch.setattr(writer_module, "MAX_RECORDS_PER_FILE", 25)
+    storage = Storage(str(tmp_path / "root [1] {a,b} *? \\ end"))
+    values = [b"g%04d" % i for i in range(1_000)]
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("globbed", 1)
+        writer = SegmentWriter(topics, spark, "globbed-0", 1)
+        records = [SourceRecord({}, {}, "globbed", v) for v in values]
+        await topics.commit(await writer.stage(records[:75]))  # 3 files
+        df, ranges = await topics.read_ranged("globbed", ordered=True)
+        assert ranges is not None and len(ranges) == 3
+        assert "Union" not in executed_plan(df)  # the one scan of whole files
+        rows = await spark.run(lambda: df.orderBy("offset").collect())
+        assert [(r["offset"], r["value"]) for r in rows] == list(enumerate(values[:75]))
+
+        few = await topics.read("globbed")  # a scan per file
+        rows = await spark.run(lambda: few.orderBy("offset").collect())
+        assert [(r["offset"], r["value"]) for r in rows] == list(enumerate(values[:75]))
+
+        await topics.commit(await writer.stage(records[75:]))  # 37 more files
+        many = await topics.read("globbed", ordered=True)  # one scan of 40 files
+        rows = await spark.run(lambda: many.collect())
+        assert [(r["offset"], r["value"]) for r in rows] == list(enumerate(values))
+
+
 async def test_whole_files_read_by_another_parquet_source_are_read_file_by_file(
     ensemble: ServerHandle, storage: Storage, spark: SparkRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -201,7 +201,10 @@ class _Listing:
         return [i for i in self.fs.get_file_info(selector) if i.type == pafs.FileType.File]
 
     def spark_path(self, name: str) -> str:
-        return f"{self.spark_base}/{name}"
+        """``name`` as a Spark read takes it (see :func:`~herder.dataplane.storage.literal`)."""
+        from herder.dataplane.storage import literal
+
+        return literal(f"{self.spark_base}/{name}")
 
 
 class DirectorySourceTask(SourceTask):

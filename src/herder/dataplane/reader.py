@@ -210,7 +210,7 @@ def _one_scan(
     place = F.when(F.col("_file.positional"), F.col("_metadata.row_index")).otherwise(F.col("seq"))
     rows = (
         spark.read.schema(FILE_SCHEMA.format(**types.ddl))
-        .parquet(*(storage.uri(file.path) for file in files))
+        .parquet(*(storage.read_uri(file.path) for file in files))
         .withColumn("_file", located)
         .withColumn("_place", place)
         .where((F.col("_place") >= F.col("_file.lo")) & (F.col("_place") < F.col("_file.hi")))
@@ -352,7 +352,7 @@ def _located_scans(
             # a Spark without this mechanism would give nulls: fail the read instead
             missing = f"raise_error('Spark gave no row index for {file.path}')"
             schema, place = f"{schema}, {ROW_INDEX} bigint", f"coalesce({ROW_INDEX}, {missing})"
-        rows = spark.read.schema(schema).parquet(storage.uri(file.path))
+        rows = spark.read.schema(schema).parquet(storage.read_uri(file.path))
         if file.constants:
             # the fields the file leaves out are null as read: their one value instead
             rows = rows.withColumn("value", F.expr(types.restored_value(file)))
@@ -431,7 +431,7 @@ def _whole_files_scan(
     if any(not f.positional or f.filtered or f.constants for f in files):
         return None
     rows = unsplit.read.schema(f"{FILE_SCHEMA.format(**types.ddl)}, {ROW_INDEX} bigint").parquet(
-        *(storage.uri(f.path) for f in files)
+        *(storage.read_uri(f.path) for f in files)
     )
     read = _files_read(rows)
     if read is None:

@@ -101,6 +101,19 @@ def batch_of(path: str) -> str:
     return "/".join(path.split("/")[:3])
 
 
+#: What Hadoop reads in a path as a glob pattern (its ``GlobPattern``): Spark's readers
+#: expand every path they are given, and a file whose name has one of these would be
+#: missed (``a[1]`` matches ``a1``) or read with others (``a*`` matches ``ab``).
+_GLOB_CHARACTER = re.compile(r"([\\*?\[\]{}])")
+
+
+def literal(path: str) -> str:
+    """``path`` (a path or URI) as a Spark read takes it to name one file or directory:
+    its glob characters escaped, as Hadoop's globbing reads ``\\c`` as ``c`` itself.
+    Only for reads: a write takes its path as it is."""
+    return _GLOB_CHARACTER.sub(r"\\\1", path)
+
+
 def filesystem(location: str) -> tuple[pafs.FileSystem, str, str]:
     """A pyarrow filesystem for ``location`` (a local path or a URI), the path within it,
     and the location as Spark should get it. ``s3a://``/``s3n://`` (Hadoop's names) are
@@ -145,8 +158,12 @@ class Storage:
         return f"Storage({self.root!r})"
 
     def uri(self, rel: str) -> str:
-        """The full path of ``rel`` as Spark should get it."""
+        """The full path of ``rel`` as Spark should get it to write there."""
         return f"{self.root}/{rel}"
+
+    def read_uri(self, rel: str) -> str:
+        """The full path of ``rel`` as Spark should get it to read it (see :func:`literal`)."""
+        return literal(self.uri(rel))
 
     def fs_path(self, rel: str) -> str:
         return f"{self._base}/{rel}"
