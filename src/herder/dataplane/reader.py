@@ -563,8 +563,12 @@ def unsplit_session(spark: SparkSession) -> SparkSession | None:
             # nor runs a scan as one task (a plan Spark deems small), whatever the
             # worker's properties say: a ranged read's partitions are its files
             found.conf.set("spark.sql.optimizer.singleTaskExecution.enabled", "false")
-            # and SQL string literals are read with their escapes (_sql_string)
-            found.conf.set("spark.sql.parser.escapedStringLiterals", "false")
+            # and SQL string literals are read with their escapes (_sql_string); set
+            # only if the worker's properties say otherwise, as setting this deprecated
+            # conf makes Spark warn
+            escaped = "spark.sql.parser.escapedStringLiterals"
+            if (found.conf.get(escaped, None) or "false").lower() != "false":
+                found.conf.set(escaped, "false")
             _unsplit[spark] = found
         return found
 
