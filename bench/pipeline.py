@@ -84,7 +84,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -698,6 +698,20 @@ class Changes:
 # -- the run ----------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def herder_running(args: argparse.Namespace, work: Path) -> Iterator[Herder]:
+    """One ensemble server and one worker with the benchmark's settings, stopped after."""
+    with _procs.Services(work) as services:
+        herder = Herder(
+            services, work, args.driver_memory, args.worker_log_level,
+            spark_settings(args), args.worker_property,
+        )  # fmt: skip
+        try:
+            yield herder
+        finally:
+            herder.close()
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="herder-bench-pipeline-", dir=args.tmp_dir))
     figures: dict[str, Any] = {
@@ -712,15 +726,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     try:
         if args.only == "latency":
-            with _procs.Services(work) as services:
-                herder = Herder(
-                    services, work, args.driver_memory, args.worker_log_level,
-                    spark_settings(args), args.worker_property,
-                )  # fmt: skip
-                try:
-                    measure_latencies(args, herder, work, figures)
-                finally:
-                    herder.close()
+            with herder_running(args, work) as herder:
+                measure_latencies(args, herder, work, figures)
             warn_if_shared(figures)
             return figures
         baseline_input = work / "spark-input.txt"
@@ -728,17 +735,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         figures["input_bytes"] = size
         plain = PlainSpark(args, baseline_input, work)
         try:
-            with _procs.Services(work) as services:
-                herder = Herder(
-                    services, work, args.driver_memory, args.worker_log_level,
-                    spark_settings(args), args.worker_property,
-                )  # fmt: skip
-                try:
-                    measure_throughput(args, plain, herder, work, figures)
-                    plain.close()
-                    measure_latencies(args, herder, work, figures)
-                finally:
-                    herder.close()
+            with herder_running(args, work) as herder:
+                measure_throughput(args, plain, herder, work, figures)
+                plain.close()
+                measure_latencies(args, herder, work, figures)
         finally:
             plain.close()
         warn_if_shared(figures)
