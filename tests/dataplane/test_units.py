@@ -27,7 +27,13 @@ from herder.dataplane.metadata import (
 from herder.dataplane.reader import MAX_FILES_UNIONED
 from herder.dataplane.records import records_to_table
 from herder.dataplane.spark import DEFAULT_CONF, SparkRuntime, SparkSettings, check_spark_home
-from herder.dataplane.storage import batch_dir, batch_of, check_reachable, parse_writer_dir
+from herder.dataplane.storage import (
+    batch_dir,
+    batch_of,
+    check_reachable,
+    literal,
+    parse_writer_dir,
+)
 from herder.ensemble.txn import Record
 from herder.errors import ConfigError, UnknownTopicOrPartition
 from herder.runtime.worker_config import WorkerConfig
@@ -457,3 +463,13 @@ def test_each_delivery_starts_at_the_next_partition() -> None:
             plan.take(tp, 0, states[tp])
         delivered |= {tp for tp, stop in plan.reached.items() if stop > 0}
     assert partitions[2] in delivered
+
+
+def test_a_read_path_has_the_glob_characters_of_its_path_escaped_and_no_others() -> None:
+    """Hadoop reads ``\\c`` as ``c`` itself in a pattern; a URI's scheme and host are not
+    a pattern (an IPv6 host is in brackets), so they are left as they are."""
+    assert literal("/data/root/a.parquet") == "/data/root/a.parquet"
+    assert literal("/d/in [1] {a,b}/x*?\\y") == "/d/in \\[1\\] \\{a,b\\}/x\\*\\?\\\\y"
+    assert literal("file:///d/a[1]") == "file:///d/a\\[1\\]"
+    assert literal("hdfs://[::1]:8020/t/p{1}") == "hdfs://[::1]:8020/t/p\\{1\\}"
+    assert literal("s3a://bucket/k*") == "s3a://bucket/k\\*"

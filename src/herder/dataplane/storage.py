@@ -105,13 +105,17 @@ def batch_of(path: str) -> str:
 #: expand every path they are given, and a file whose name has one of these would be
 #: missed (``a[1]`` matches ``a1``) or read with others (``a*`` matches ``ab``).
 _GLOB_CHARACTER = re.compile(r"([\\*?\[\]{}])")
+#: A URI's scheme and authority: not globbed (an IPv6 host is written in brackets)
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/]*")
 
 
 def literal(path: str) -> str:
     """``path`` (a path or URI) as a Spark read takes it to name one file or directory:
-    its glob characters escaped, as Hadoop's globbing reads ``\\c`` as ``c`` itself.
-    Only for reads: a write takes its path as it is."""
-    return _GLOB_CHARACTER.sub(r"\\\1", path)
+    the glob characters of its path escaped, as Hadoop's globbing reads ``\\c`` as ``c``
+    itself. Only for reads: a write takes its path as it is."""
+    authority = _AUTHORITY.match(path)
+    start = authority.end() if authority else 0
+    return path[:start] + _GLOB_CHARACTER.sub(r"\\\1", path[start:])
 
 
 def filesystem(location: str) -> tuple[pafs.FileSystem, str, str]:
