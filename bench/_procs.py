@@ -415,34 +415,53 @@ class JsonChild:
     def __init__(self, command: Sequence[str], what: str, log_path: Path) -> None:
         self.what = what
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
-        with children_ignore_sigint():
-            self.proc = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._log,
-                preexec_fn=_die_with_parent,
-            )
+        self._pending = b""
+        try:
+            with children_ignore_sigint():
+                self.proc = subprocess.Popen(
+                    command,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=self._log,
+                    preexec_fn=_die_with_parent,
+                )
+        except BaseException:
+            self._log.close()
+            raise
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def ask(self, request: str, timeout: float) -> dict[str, Any]:
-        """Send ``request`` and wait up to ``timeout`` s for the child's answer."""
+        """Send ``request`` and wait up to ``timeout`` s for the child's answer: the next
+        line of its stdout that is a JSON object (its JVM shares that stdout, and any
+        other line it writes there is passed over)."""
         import selectors
 
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(request.encode() + b"\n")
         self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
         with selectors.DefaultSelector() as selector:
-            selector.register(self.proc.stdout, selectors.EVENT_READ)
-            if not selector.select(timeout):
-                raise TimeoutError(f"{self.what} did not answer {request!r} within {timeout:.0f}s")
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.what} exited with status {self.proc.wait()}")
-        return json.loads(line)  # type: ignore[no-any-return]
+            selector.register(fd, selectors.EVENT_READ)
+            while True:
+                line, newline, rest = self._pending.partition(b"\n")
+                if newline:
+                    self._pending = rest
+                    if line.startswith(b"{"):
+                        return json.loads(line)  # type: ignore[no-any-return]
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    raise TimeoutError(
+                        f"{self.what} did not answer {request!r} within {timeout:.0f}s"
+                    )
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise RuntimeError(f"{self.what} exited with status {self.proc.wait()}")
+                self._pending += chunk
 
     def close(self, timeout: float = 30.0) -> None:
         with contextlib.suppress(OSError):

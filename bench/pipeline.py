@@ -205,10 +205,9 @@ def spark_baseline_child(input_path: str, work: str, spark: str) -> None:
     from herder.dataplane.spark import SparkRuntime, SparkSettings
 
     settings = SparkSettings.from_properties(json.loads(spark))
-    session = None
+    # started before the first request: no run times the JVM's start
+    session = SparkRuntime(settings).session
     for run, _ in enumerate(sys.stdin):
-        if session is None:
-            session = SparkRuntime(settings).session
         mid, out = f"{work}/mid-{run}", f"{work}/out-{run}"
         started = time.monotonic()
         session.read.text(input_path).write.parquet(mid)
