@@ -22,6 +22,7 @@ import multiprocessing.process
 import os
 import platform
 import queue
+import selectors
 import signal
 import socket
 import subprocess
@@ -31,10 +32,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench import provenance
 
+T = TypeVar("T")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG = 1
 # Looked up now, not in the forked child, where loading a library is not safe.
@@ -437,8 +439,6 @@ class JsonChild:
         """Send ``request`` and wait up to ``timeout`` s for the child's answer: the next
         line of its stdout that is a JSON object (its JVM shares that stdout, and any
         other line it writes there is passed over)."""
-        import selectors
-
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(request.encode() + b"\n")
         self.proc.stdin.flush()
@@ -526,6 +526,18 @@ class MachineCpu:
         """The share of all cores' time that was busy between ``earlier`` and this."""
         elapsed = self.total - earlier.total
         return (self.busy - earlier.busy) / elapsed if elapsed else 0.0
+
+
+def in_turn(index: int, plain: Callable[[], object], herder: Callable[[], T]) -> T:
+    """Run ``index``'s turn of both sides: plain Spark first on even turns, herder first on
+    odd ones, so that a machine slowing down (or speeding up) throughout favours neither;
+    herder's result."""
+    if index % 2 == 0:
+        plain()
+    result = herder()
+    if index % 2:
+        plain()
+    return result
 
 
 def wait_quiet(max_pct: float = 10.0, window: float = 0.5, timeout: float = 15.0) -> float:

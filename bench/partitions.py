@@ -49,6 +49,7 @@ Progress goes to stderr; every process started is stopped by PID in ``finally`` 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -394,12 +395,9 @@ def measure(
     for run_index in range(args.runs):
         for tasks in args.tasks:
             _procs.progress(f"round {run_index + 1} of {args.runs}, {tasks} tasks each side")
-            # which side goes first alternates, as in bench/pipeline.py
-            if run_index % 2 == 0:
-                anchor.run(tasks, warmup=False)
-            result = herder_run(f"p{tasks}r{run_index}", tasks)
-            if run_index % 2:
-                anchor.run(tasks, warmup=False)
+            plain = functools.partial(anchor.run, tasks, warmup=False)
+            herder = functools.partial(herder_run, f"p{tasks}r{run_index}", tasks)
+            result = _procs.in_turn(run_index, plain, herder)
             measured.setdefault(tasks, []).append(result)
             _procs.progress(f"herder, {tasks} tasks: {result['records_per_s']:,} rows/s")
     return measured

@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -782,16 +783,10 @@ def measure_throughput(
         warmups.append(herder_run(f"warmup{i}", "DirectorySink", warmup=True)["seconds"])
     runs = []
     for i in range(args.runs):
-        # which side goes first alternates: a machine slowing down throughout would
-        # otherwise favour the side that always goes first
-        first, second = ("plain Spark", "herder")[:: 1 if i % 2 == 0 else -1]
-        _procs.progress(f"run {i + 1} of {args.runs}: {first}, then {second}")
-        if i % 2:
-            runs.append(herder_run(f"directory{i}", "DirectorySink"))
-        plain.run(warmup=False)
+        _procs.progress(f"run {i + 1} of {args.runs}")
+        herder_turn = functools.partial(herder_run, f"directory{i}", "DirectorySink")
+        runs.append(_procs.in_turn(i, functools.partial(plain.run, warmup=False), herder_turn))
         _procs.progress(f"plain Spark: {args.records / plain.runs[-1]['seconds']:,.0f} lines/s")
-        if i % 2 == 0:
-            runs.append(herder_run(f"directory{i}", "DirectorySink"))
     spark = figures["spark"] = plain.figures()
     directory = {
         **min(runs, key=lambda r: r["seconds"]),
