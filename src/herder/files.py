@@ -12,9 +12,10 @@ import ctypes
 import functools
 import os
 import sys
+import threading
 from collections.abc import Callable
 
-__all__ = ["fsync_path", "start_writeback"]
+__all__ = ["WriteBehind", "fsync_path", "start_writeback"]
 
 
 def write_all(fd: int, data: bytes | memoryview, offset: int | None = None) -> None:
@@ -69,3 +70,44 @@ def start_writeback(fd: int, offset: int = 0, length: int = 0) -> bool:
     """
     call = _sync_file_range()
     return call is not None and call(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0
+
+
+class WriteBehind:
+    """While a job (Spark's) writes files under ``folder``, have the kernel start writing
+    their pages to disk every ``interval`` seconds, so that the fsync before a commit
+    waits only for what was written last, not for all of it after the job.
+
+    Spark's writers never flush to disk; the kernel would otherwise hold a job's output
+    in memory until the fsync, and write it all then. ``wanted`` says which files (by
+    name) are worth it: a part that will be copied into another is not.
+    """
+
+    def __init__(self, folder: str, wanted: Callable[[str], bool], interval: float = 0.05) -> None:
+        self.folder = folder
+        self.wanted = wanted
+        self.interval = interval
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="herder-write-behind", daemon=True)
+
+    def __enter__(self) -> WriteBehind:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            for folder, _, names in os.walk(self.folder):
+                for name in names:
+                    if not self.wanted(name):
+                        continue
+                    try:  # the job's committer may have moved it meanwhile: next time
+                        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+                    except OSError:
+                        continue
+                    try:
+                        start_writeback(fd)
+                    finally:
+                        os.close(fd)

@@ -80,16 +80,10 @@ from herder.connect import (
     partitions_of,
     rows_in,
 )
-from herder.connectors.spark_files import (
-    WriteBehind,
-    hidden,
-    is_data_file,
-    is_first_part,
-    join_parts,
-)
+from herder.connectors.spark_files import hidden, is_data_file, is_first_part, join_parts
 from herder.dataplane.transforms.converters import Converter
 from herder.errors import ConfigError
-from herder.files import fsync_path, write_all
+from herder.files import WriteBehind, fsync_path, write_all
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -1,14 +1,12 @@
 """Spark's files of one write on their way to one durable output: which of them hold rows,
-their parts joined into one file, and their write-back to disk started while Spark still
-writes them (:class:`WriteBehind`), so that the fsync that makes an output durable before
-its offsets commit waits for little.
+and their parts joined into one file, its write-back to disk started as it is joined, so
+that the fsync that makes an output durable before its offsets commit waits for little
+(:class:`herder.files.WriteBehind` does the same for the files while Spark writes them).
 """
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable
 
 from herder import files
 
@@ -84,44 +82,3 @@ def _append(src: int, out: int, at: int) -> int:
         files.start_writeback(out, at + copied, count)
         copied += count
     return at + copied
-
-
-class WriteBehind:
-    """While Spark writes a put's files under ``folder``, have the kernel start writing
-    their pages to disk every ``interval`` seconds, so that the fsync before the commit
-    waits only for what was written last, not for all of it after the job.
-
-    Spark's writers never flush to disk; the kernel would otherwise hold a batch's
-    output in memory until the fsync, and write it all then. ``wanted`` says which files
-    (by name) are worth it: a part that will be copied into another is not.
-    """
-
-    def __init__(self, folder: str, wanted: Callable[[str], bool], interval: float = 0.05) -> None:
-        self.folder = folder
-        self.wanted = wanted
-        self.interval = interval
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="herder-write-behind", daemon=True)
-
-    def __enter__(self) -> WriteBehind:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._done.wait(self.interval):
-            for folder, _, names in os.walk(self.folder):
-                for name in names:
-                    if not self.wanted(name):
-                        continue
-                    try:  # Spark's committer may have moved it meanwhile: next time
-                        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-                    except OSError:
-                        continue
-                    try:
-                        files.start_writeback(fd)
-                    finally:
-                        os.close(fd)

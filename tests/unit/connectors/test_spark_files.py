@@ -14,7 +14,8 @@ import pytest
 
 from herder import files
 from herder.connectors import spark_files
-from herder.connectors.spark_files import WriteBehind, is_data_file, is_first_part, join_parts
+from herder.connectors.spark_files import is_data_file, is_first_part, join_parts
+from herder.files import WriteBehind
 
 pytestmark = pytest.mark.unit
 
