@@ -79,22 +79,13 @@ class WriteBehind:
 
     Spark's writers never flush to disk; the kernel would otherwise hold a job's output
     in memory until the fsync, and write it all then. ``wanted`` says which files (by
-    name) are worth it: a part that will be copied into another is not. The first look
-    is ``delay`` seconds in (``interval`` by default): a job over by then leaves little
-    for its fsync, and costs no walks of its folder.
+    name) are worth it: a part that will be copied into another is not.
     """
 
-    def __init__(
-        self,
-        folder: str,
-        wanted: Callable[[str], bool],
-        interval: float = 0.05,
-        delay: float | None = None,
-    ) -> None:
+    def __init__(self, folder: str, wanted: Callable[[str], bool], interval: float = 0.05) -> None:
         self.folder = folder
         self.wanted = wanted
         self.interval = interval
-        self.delay = interval if delay is None else delay
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="herder-write-behind", daemon=True)
 
@@ -107,9 +98,7 @@ class WriteBehind:
         self._thread.join()
 
     def _run(self) -> None:
-        wait = self.delay
-        while not self._done.wait(wait):
-            wait = self.interval
+        while not self._done.wait(self.interval):
             for folder, _, names in os.walk(self.folder):
                 for name in names:
                     if not self.wanted(name):

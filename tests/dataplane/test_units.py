@@ -293,41 +293,6 @@ def test_files_written_in_order_must_carry_sparks_names(tmp_path: Path) -> None:
     assert _describe(storage, batch, timestamp=7)[0].file_counts is None
 
 
-def test_a_batch_being_written_has_its_segment_files_written_back_as_they_come(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """While a job writes a batch, the write-back of its segment files (wherever the job's
-    committer has them) is started, and of nothing else it writes; so the flush before
-    the commit waits for little."""
-    import os
-    import threading
-    import time
-
-    from herder import files
-    from herder.dataplane.storage import Storage
-
-    asked: set[int] = set()
-    monkeypatch.setattr(
-        files, "start_writeback", lambda fd, at=0, n=0: asked.add(os.fstat(fd).st_ino)
-    )
-    storage = Storage(str(tmp_path))
-    batch = batch_dir("t-0", 1, 0)
-    with storage.write_behind(batch):
-        folder = tmp_path / batch / "_temporary" / "0" / "topic=t" / "partition=0"
-        folder.mkdir(parents=True)  # the batch's folder is made once the job runs
-        segment = folder / "part-00000-e1-c000.snappy.parquet"
-        checksum = folder / ".part-00000-e1-c000.snappy.parquet.crc"
-        marker = tmp_path / batch / "_SUCCESS"
-        for path in (segment, checksum, marker):
-            path.write_bytes(b"x")
-        deadline = time.monotonic() + 10
-        while segment.stat().st_ino not in asked:
-            assert time.monotonic() < deadline, "the segment file's write-back was not started"
-            time.sleep(0.005)
-    assert not asked & {checksum.stat().st_ino, marker.stat().st_ino}
-    assert not any(t.name == "herder-write-behind" for t in threading.enumerate())
-
-
 @pytest.mark.parametrize(
     ("props", "spans"),
     [

@@ -22,9 +22,8 @@ refused with a ConfigError, rather than half working.
 A local root is the only copy of a topic's data, so a batch's files, and the directory
 entries that lead to them, are flushed to disk before its commit publishes them
 (:meth:`Storage.make_durable`), as the ensemble's log is before a transaction is
-acknowledged; their write-back starts while the job still writes them
-(:meth:`Storage.write_behind`), so the flush waits for little. A distributed filesystem
-or an object store makes a closed file durable itself.
+acknowledged. A distributed filesystem or an object store makes a closed file durable
+itself.
 """
 
 from __future__ import annotations
@@ -40,24 +39,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from herder.errors import ConfigError
-from herder.files import WriteBehind, fsync_path
+from herder.files import fsync_path
 
 STAGING = "_staging"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 _WRITER_DIR = re.compile(r"(?P<task>[A-Za-z0-9._-]+)-e(?P<epoch>\d+)")
 
 
-#: Seconds into a staging job before its files' write-back is first started
-#: (:meth:`Storage.write_behind`).
-WRITE_BEHIND_DELAY = 0.25
-
 #: The worker property that declares a local ``storage.root`` a mount every machine shares.
 SHARED_KEY = "storage.root.shared"
-
-
-def _is_segment_file(name: str) -> bool:
-    """Whether a file a job writes is a segment file (not a checksum or a marker)."""
-    return name.endswith(".parquet") and not name.startswith((".", "_"))
 
 
 def is_local_path(root: str) -> bool:
@@ -219,16 +209,6 @@ class Storage:
     @property
     def local(self) -> bool:
         return isinstance(self.fs, pafs.LocalFileSystem)
-
-    def write_behind(self, rel: str) -> contextlib.AbstractContextManager[object]:
-        """While a job writes segment files under ``rel``, have their write-back to disk
-        started as they are written (:class:`~herder.files.WriteBehind`), so that
-        :meth:`make_durable` after it waits for little; nothing to do off a local root.
-        Only a job that runs for longer than :data:`WRITE_BEHIND_DELAY` is looked at: a
-        shorter one (a poll's batch) writes too little for it to pay."""
-        if not self.local:
-            return contextlib.nullcontext()
-        return WriteBehind(self.fs_path(rel), _is_segment_file, delay=WRITE_BEHIND_DELAY)
 
     def make_durable(self, files: Iterable[str]) -> None:
         """Flush ``files`` (paths under the root) to disk, and every directory from

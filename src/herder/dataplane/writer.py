@@ -43,7 +43,6 @@ import logging
 import re
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from zlib import crc32
@@ -294,8 +293,7 @@ class SegmentWriter:
         path = batch_dir(self.task, self.epoch, batch)
 
         def job() -> list[StagedSegment]:
-            with self.storage.write_behind(path):
-                _write(_sequenced(df, types, topic, counts, sticky, now), self.storage.uri(path))
+            _write(_sequenced(df, types, topic, counts, sticky, now), self.storage.uri(path))
             return _describe(self.storage, path)
 
         segments = await self.spark.run(job, pool=self.pool)
@@ -390,8 +388,7 @@ class SegmentWriter:
         order (``shared``: the timestamp of every record, if the files have none): the
         files ``write`` returns, or if None every file of the batch."""
         began = time.monotonic()
-        with self.storage.write_behind(path):
-            files = write()
+        files = write()
         written = time.monotonic()
         segments = _describe(self.storage, path, positional=True, timestamp=shared, only=files)
         log.debug(
@@ -762,56 +759,36 @@ def _describe(
             continue
         key = (topic_dir[len("topic=") :], int(partition_dir[len("partition=") :]))
         found.setdefault(key, []).append((entry.path, entry.size))
-    # flushed while their footers are read (a file of no rows, which no segment keeps,
-    # with the others): the commit that follows needs both
-    with ThreadPoolExecutor(1, thread_name_prefix="herder-flush") as flushing:
-        flushed = flushing.submit(
-            storage.make_durable, [path for files in found.values() for path, _ in files]
-        )
-        segments = [
-            segment
-            for (topic, partition), files in sorted(found.items())
-            if (segment := _segment(storage, topic, partition, files, positional, timestamp))
-        ]
-        flushed.result()
+    segments = []
+    for (topic, partition), files in sorted(found.items()):
+        ordered = sorted(files, key=lambda f: _file_order(f[0]))
+        if positional and _file_order(ordered[0][0])[0] < 0:
+            # the files' order is the records' only through Spark's names for them
+            raise RuntimeError(
+                f"cannot tell where {ordered[0][0]} goes among the files Spark wrote: its"
+                " name is not part-<task>-<job>-c<file>"
+            )
+        summaries = [_summarize(storage, path, timestamp) for path, _size in ordered]
+        kept = [f for f in summaries if f.rows]
+        if kept:
+            sizes = dict(files)
+            # one job wrote them from one DataFrame: its files share their types
+            typed = kept[0].types
+            segments.append(
+                StagedSegment(
+                    topic=topic,
+                    partition=partition,
+                    count=sum(f.rows for f in kept),
+                    files=[f.path for f in kept],
+                    bytes=sum(sizes[f.path] for f in kept),
+                    max_timestamp=max(f.newest for f in kept),
+                    file_counts=[f.rows for f in kept] if positional else None,
+                    key_type=typed.get("key"),
+                    value_type=typed.get("value"),
+                )
+            )
+    storage.make_durable(path for segment in segments for path in segment.files)
     return segments
-
-
-def _segment(
-    storage: Storage,
-    topic: str,
-    partition: int,
-    files: list[tuple[str, int]],
-    positional: bool,
-    timestamp: int | None,
-) -> StagedSegment | None:
-    """The segment of ``partition``'s ``files`` (paths and sizes), from their footers;
-    None if they hold no rows."""
-    ordered = sorted(files, key=lambda f: _file_order(f[0]))
-    if positional and _file_order(ordered[0][0])[0] < 0:
-        # the files' order is the records' only through Spark's names for them
-        raise RuntimeError(
-            f"cannot tell where {ordered[0][0]} goes among the files Spark wrote: its"
-            " name is not part-<task>-<job>-c<file>"
-        )
-    summaries = [_summarize(storage, path, timestamp) for path, _size in ordered]
-    kept = [f for f in summaries if f.rows]
-    if not kept:
-        return None
-    sizes = dict(files)
-    # one job wrote them from one DataFrame: its files share their types
-    typed = kept[0].types
-    return StagedSegment(
-        topic=topic,
-        partition=partition,
-        count=sum(f.rows for f in kept),
-        files=[f.path for f in kept],
-        bytes=sum(sizes[f.path] for f in kept),
-        max_timestamp=max(f.newest for f in kept),
-        file_counts=[f.rows for f in kept] if positional else None,
-        key_type=typed.get("key"),
-        value_type=typed.get("value"),
-    )
 
 
 @dataclass(frozen=True)

@@ -121,32 +121,6 @@ def test_writing_behind_stops_with_the_write(
     assert not any(t.name == "herder-write-behind" for t in threading.enumerate())
 
 
-def test_a_write_over_before_the_first_look_is_not_looked_at(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A short job (a poll's batch) is left to its fsync: no walk of its folder before
-    ``delay``, however many intervals pass (counted by a write without one beside it)."""
-    calls = []
-    monkeypatch.setattr(files, "start_writeback", lambda fd, at=0, n=0: calls.append(fd))
-    late, early = tmp_path / "late", tmp_path / "early"
-    for folder in (late, early):
-        folder.mkdir()
-        (folder / "part-00000").write_bytes(b"x")
-    looked: list[str] = []
-
-    def wanted(name: str, folder: str) -> bool:
-        looked.append(folder)
-        return True
-
-    with (
-        WriteBehind(str(late), lambda n: wanted(n, "late"), interval=0.01, delay=60),
-        WriteBehind(str(early), lambda n: wanted(n, "early"), interval=0.01),
-    ):
-        wait_for(lambda: looked.count("early") >= 5)
-    assert "late" not in looked
-    assert len(calls) == looked.count("early")
-
-
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
