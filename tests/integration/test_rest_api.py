@@ -8,6 +8,9 @@ against Connect's shapes in ``tests/golden/connect``.
 from __future__ import annotations
 
 import contextlib
+import http.client
+import select
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,6 +141,32 @@ def assert_error(reply: httpx.Response, code: int, *words: str) -> None:
     assert reply.json()["error_code"] == code
     for word in words:
         assert word in reply.json()["message"], reply.json()["message"]
+
+
+def test_an_idle_keep_alive_connection_stays_open_as_long_as_clients_keep_it(
+    logs_on_failure: RestCluster,
+) -> None:
+    """A client may reuse an idle connection for 5 s (httpx's default): the worker must
+    not be closing it then, or the request sent on it is lost without an answer."""
+    url = logs_on_failure.urls()[0]
+    connection = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=10)
+    try:
+        connection.request("GET", "/")
+        first = connection.getresponse()
+        assert first.status == 200
+        first.read()
+        sock = connection.sock
+        assert sock is not None
+        # the connection closes (reads as EOF) if the worker drops it while it is idle
+        readable, _, _ = select.select([sock], [], [], 6.0)
+        assert not readable or sock.recv(1, socket.MSG_PEEK) != b"", (
+            "the worker closed an idle connection within 6 s"
+        )
+        connection.request("GET", "/")  # on the same connection
+        assert connection.getresponse().status == 200
+        assert connection.sock is sock
+    finally:
+        connection.close()
 
 
 def test_server_info_plugins_and_validation(logs_on_failure: RestCluster) -> None:

@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 
 #: how long a stopping worker lets open REST connections finish before dropping them
 STOP_GRACE_S = 2.0
+#: Seconds an idle keep-alive connection to the REST API stays open: Connect's (Jetty's
+#: idle timeout). uvicorn's own 5 s equals the time HTTP clients such as httpx keep an idle
+#: connection for reuse, so a request sent on one just then met a connection the server was
+#: closing, and failed with no answer ("Server disconnected without sending a response").
+REST_KEEP_ALIVE_S = 30
 
 #: how a worker's tasks move data: the data plane's factory, given by the layer that
 #: starts the worker (the runtime sits below the data plane and cannot name it)
@@ -99,7 +104,13 @@ class WorkerProcess:
         if self.config.users is not None:
             app = BasicAuthFilter(app, self.config.users, refusals)
         # log_config=None: uvicorn's lines go through the worker's own handler and format
-        uv_config = uvicorn.Config(app, log_level="warning", lifespan="off", log_config=None)
+        uv_config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="off",
+            log_config=None,
+            timeout_keep_alive=REST_KEEP_ALIVE_S,
+        )
         uv_config.load()
         tls = None
         if self.config.tls is not None:
