@@ -64,10 +64,15 @@ class OnHosts:
         self.bootstrap = f"{ensemble.address}:{CLIENT_PORT}"
 
     def create(self, name: str, config: dict[str, str]) -> None:
-        reply = self.http.post(
-            f"{rest_url(self.workers[0])}/connectors", json={"name": name, "config": config}
-        )
-        assert reply.status_code == 201, reply.text
+        def created() -> bool:
+            reply = self.http.post(
+                f"{rest_url(self.workers[0])}/connectors", json={"name": name, "config": config}
+            )
+            # 409 is Connect's "try again": a rebalance (the other worker joining) is under way
+            assert reply.status_code in (201, 409), reply.text
+            return reply.status_code == 201
+
+        wait_until(created, timeout=60, interval=0.5, what=f"{name} to be created")
 
     def status(self, name: str) -> dict:  # type: ignore[type-arg]
         reply = self.http.get(f"{rest_url(self.workers[1])}/connectors/{name}/status")
