@@ -68,8 +68,10 @@ class OnHosts:
             reply = self.http.post(
                 f"{rest_url(self.workers[0])}/connectors", json={"name": name, "config": config}
             )
-            # 409 is Connect's "try again": a rebalance (the other worker joining) is under way
-            assert reply.status_code in (201, 409), reply.text
+            # a 409 is Connect's "try again" while a rebalance (the other worker joining) is
+            # under way; the other 409, a connector of that name already there, is not
+            retry = reply.status_code == 409 and "already exists" not in reply.text
+            assert reply.status_code == 201 or retry, reply.text
             return reply.status_code == 201
 
         wait_until(created, timeout=60, interval=0.5, what=f"{name} to be created")
