@@ -46,9 +46,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import threading
-import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +57,7 @@ import pyarrow.compute as pc
 from herder.connect import OffsetRange, TopicPartition
 from herder.dataplane.metadata import Segment, SegmentSlice
 from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL, SEGMENT_SCHEMA
-from herder.dataplane.spark import SESSION_CONF
+from herder.dataplane.spark import derived_session
 from herder.dataplane.storage import Storage
 from herder.dataplane.typed import PARTS, merge_types, restored_sql
 from herder.dataplane.typed import ddl as typed_ddl
@@ -523,54 +521,42 @@ def _piece_by_piece(
     return _union(parts).selectExpr(*_sink_columns(topic))
 
 
-#: each session's :func:`unsplit_session`
-_unsplit: weakref.WeakKeyDictionary[SparkSession, SparkSession] = weakref.WeakKeyDictionary()
-_unsplit_lock = threading.Lock()
+#: a session where a scan reads each file whole, as one Spark partition
+UNSPLIT_CONF: Mapping[str, str] = {
+    # a file is one split whatever its size: no cap on a split's bytes, and no share of
+    # the cores to cut it down to
+    "spark.sql.files.maxPartitionBytes": str(1 << 62),
+    "spark.sql.files.minPartitionNum": "1",
+    # nor packs files together: a file opens at the cost of a whole split
+    "spark.sql.files.openCostInBytes": str(1 << 62),
+    # nor runs a scan as one task (a plan Spark deems small), whatever the worker's
+    # properties say: a ranged read's partitions are its files
+    "spark.sql.optimizer.singleTaskExecution.enabled": "false",
+}
+_ESCAPED_LITERALS = "spark.sql.parser.escapedStringLiterals"
 
 
 def unsplit_session(spark: SparkSession) -> SparkSession | None:
-    """A session of ``spark``'s Spark (its context, its jobs, its scheduler pools) in
-    which a scan never cuts a file into splits, so that a scan of one file is one Spark
-    partition; None under Spark Connect, which has no such session.
+    """A :func:`~herder.dataplane.spark.derived_session` of ``spark`` in which a scan
+    never cuts a file into splits (:data:`UNSPLIT_CONF`), so that a scan of one file is
+    one Spark partition; None under Spark Connect, which has no such session.
 
     Spark cuts a file bigger than its share of the session's cores into splits, so a
     ranged read would otherwise coalesce each file's scan into one partition. Rows then
     cross from the scan's compiled code to the projection's above it one at a time, as
     copies: a text write of 10,000,000 records took 2.4 s that way against 1.8 s for the
-    same scans unsplit (plain Spark: 1.7 s). The setting is the session's, not a
-    scan's, so it lives in a session of its own: the worker's session keeps splitting
-    files for every other read. A ranged read's DataFrame, and whatever a sink derives
-    from it, belongs to this session; it starts from the Spark configuration, and takes
-    herder's session confs (:data:`~herder.dataplane.spark.SESSION_CONF`) as
-    ``spark`` has them, in case they were set on ``spark`` alone.
+    same scans unsplit (plain Spark: 1.7 s). The worker's session keeps splitting files
+    for every other read. A ranged read's DataFrame, and whatever a sink derives from
+    it, belongs to this session.
     """
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         return None
-    with _unsplit_lock:
-        found = _unsplit.get(spark)
-        if found is None:
-            found = spark.newSession()
-            for key in SESSION_CONF:
-                value = spark.conf.get(key, None)
-                if value is not None:
-                    found.conf.set(key, value)
-            # a file is one split whatever its size: no cap on a split's bytes, and no
-            # share of the cores to cut it down to
-            found.conf.set("spark.sql.files.maxPartitionBytes", str(1 << 62))
-            found.conf.set("spark.sql.files.minPartitionNum", "1")
-            # nor packs files together: a file opens at the cost of a whole split
-            found.conf.set("spark.sql.files.openCostInBytes", str(1 << 62))
-            # nor runs a scan as one task (a plan Spark deems small), whatever the
-            # worker's properties say: a ranged read's partitions are its files
-            found.conf.set("spark.sql.optimizer.singleTaskExecution.enabled", "false")
-            # and SQL string literals are read with their escapes (_sql_string); set
-            # only if the worker's properties say otherwise, as setting this deprecated
-            # conf makes Spark warn
-            escaped = "spark.sql.parser.escapedStringLiterals"
-            if (found.conf.get(escaped, None) or "false").lower() != "false":
-                found.conf.set(escaped, "false")
-            _unsplit[spark] = found
-        return found
+    conf = dict(UNSPLIT_CONF)
+    # SQL string literals are read with their escapes (_sql_string); set only if the
+    # worker's properties say otherwise, as setting this deprecated conf makes Spark warn
+    if spark.sparkContext.getConf().get(_ESCAPED_LITERALS, "false").lower() != "false":
+        conf[_ESCAPED_LITERALS] = "false"
+    return derived_session(spark, conf)
 
 
 def _as_envelopes(rows: DataFrame, parts: Sequence[str]) -> DataFrame:

@@ -43,6 +43,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -300,6 +301,44 @@ class SparkRuntime:
             if self._session is not None:
                 self._session.stop()
                 self._session = None
+
+
+#: each session's :func:`derived_session` sessions, by the confs they were made with
+_derived: weakref.WeakKeyDictionary[SparkSession, dict[frozenset[tuple[str, str]], SparkSession]]
+_derived = weakref.WeakKeyDictionary()
+_derived_lock = threading.Lock()
+
+
+def derived_session(spark: SparkSession, conf: Mapping[str, str]) -> SparkSession | None:
+    """A session of ``spark``'s Spark (its context, its jobs, its scheduler pools) with
+    ``conf`` set on it, for reads that need a file-scan setting of their own; the same
+    session for the same ``conf`` each time. None under Spark Connect, which has no
+    such session.
+
+    A scan's settings (how files are cut into splits, how splits are packed) are the
+    session's, not the scan's: set on ``spark`` they would change every other read of
+    the worker, and the same jobs' settings cannot be changed under them. A derived
+    session starts from the Spark configuration (the worker's ``spark.*`` properties),
+    and takes herder's session confs (:data:`SESSION_CONF`) as ``spark`` has them, in
+    case they were set on ``spark`` alone. A DataFrame read in it, and what derives from
+    it (a staged write, a sink's projection), runs in it.
+    """
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return None
+    key = frozenset(conf.items())
+    with _derived_lock:
+        sessions = _derived.setdefault(spark, {})
+        found = sessions.get(key)
+        if found is None:
+            found = spark.newSession()
+            for name in SESSION_CONF:
+                value = spark.conf.get(name, None)
+                if value is not None:
+                    found.conf.set(name, value)
+            for name, value in conf.items():
+                found.conf.set(name, value)
+            sessions[key] = found
+        return found
 
 
 def _is_loopback(host: str) -> bool:
