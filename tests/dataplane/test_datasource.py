@@ -15,6 +15,8 @@ from herder.connect import OffsetReader, SourceBatch, SourceTaskContext
 from herder.connectors.file import FileStreamSourceTask
 from herder.dataplane import SparkRuntime
 from herder.dataplane.datasource import (
+    MAX_PARTITION_BYTES,
+    WHOLE_FILE_SPLIT_MAX_BYTES,
     ByteRange,
     balanced_split_bytes,
     last_line_end,
@@ -22,6 +24,7 @@ from herder.dataplane.datasource import (
     lines_to_array,
     plan_line_ranges,
     read_line_range,
+    whole_file_lines_dataframe,
 )
 from herder.errors import RetriableError
 
@@ -266,6 +269,41 @@ def test_a_file_met_from_its_start_is_one_batch_whatever_parallel_max_bytes_says
         assert batch.data.toArrow().column("value").to_pylist() == lines
     finally:
         task.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_whole_file_is_read_in_a_split_per_core_of_at_most_a_bound(
+    spark: SparkRuntime, tmp_path: Path
+) -> None:
+    mib = 1 << 20
+    cores = spark.parallelism
+    assert cores is not None
+
+    def splits(size: int) -> int:
+        """Spark's splits of a whole file of ``size`` bytes: a sparse file (one line of
+        zeros), as Spark plans a read by sizes alone and no byte of it is read here."""
+        path = tmp_path / f"sparse-{size}.txt"
+        with open(path, "wb") as f:
+            f.truncate(size - 1)
+            f.seek(size - 1)
+            f.write(b"\n")
+        data = whole_file_lines_dataframe(spark.session, str(path))
+        assert data is not None
+        return data.rdd.getNumPartitions()
+
+    # more than 128 MiB per core, which Spark would cut into 128 MiB splits
+    big = cores * 384 * mib + 1
+    assert splits(big) == cores
+    # past the bound, splits of the bound
+    huge = cores * (WHOLE_FILE_SPLIT_MAX_BYTES + 512 * mib)
+    assert splits(huge) == -(-huge // WHOLE_FILE_SPLIT_MAX_BYTES)
+    # a split size the session sets (the worker's properties) is Spark's to apply
+    spark.session.conf.set(MAX_PARTITION_BYTES, str(128 * mib))
+    try:
+        assert splits(big) == -(-big // (128 * mib))
+    finally:
+        spark.session.conf.unset(MAX_PARTITION_BYTES)
 
 
 @pytest.mark.spark
