@@ -679,6 +679,15 @@ def _restored(column: pa.ChunkedArray, stored: str, constants: dict[str, Any]) -
     return pa.StructArray.from_arrays(children, fields=fields, mask=values.is_null())
 
 
+def _no_headers(count: int) -> pa.ListArray:
+    """``count`` empty header lists, built from their offsets: what each record of a
+    file without headers (most files have none) is given. ``fill_null`` with an empty
+    list takes about 2 ms per 1,000 rows of this nested type, which made it most of a
+    small delivery's read (60 ms of 31,250 records); this takes 0.2 ms per 10,000."""
+    offsets = pa.array(np.zeros(count + 1, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array([], HEADER_TYPE.value_type), HEADER_TYPE)
+
+
 def _slice_columns(segment: Segment, table: pa.Table) -> pa.Table:
     """A segment's rows (with their offsets) as :data:`SLICE_SCHEMA`: missing headers
     empty, missing timestamps the segment's, typed parts as JSON."""
@@ -690,13 +699,17 @@ def _slice_columns(segment: Segment, table: pa.Table) -> pa.Table:
     for part in segment.types:
         index = table.schema.get_field_index(part)
         table = table.set_column(index, part, _as_json(table[part]))
-    if table["headers"].null_count:
-        headers = pc.fill_null(table["headers"], pa.scalar([], HEADER_TYPE))
+    headers = table["headers"]
+    if headers.null_count:
+        if headers.null_count == len(headers):
+            headers = _no_headers(len(headers))
+        else:
+            headers = pc.fill_null(headers, pa.scalar([], HEADER_TYPE))
         table = table.set_column(table.schema.get_field_index("headers"), "headers", headers)
     if table["timestamp"].null_count:
         stamps = pc.fill_null(table["timestamp"], pa.scalar(segment.max_timestamp, pa.int64()))
         table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", stamps)
-    partition = pa.array([segment.partition] * table.num_rows, pa.int32())
+    partition = pa.repeat(pa.scalar(segment.partition, pa.int32()), table.num_rows)
     return pa.table(
         [
             partition,

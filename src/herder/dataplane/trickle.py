@@ -304,7 +304,7 @@ def read_slices(
     rows = pa.concat_tables(tables)
     return pa.table(
         [
-            pa.array([topic] * rows.num_rows, pa.string()),
+            pa.repeat(pa.scalar(topic, pa.string()), rows.num_rows),
             rows["partition"],
             rows["offset"],
             rows["timestamp"].cast(pa.timestamp("ms", tz="UTC")),
