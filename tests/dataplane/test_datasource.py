@@ -308,6 +308,29 @@ def test_a_whole_file_is_read_in_a_split_per_core_of_at_most_a_bound(
 
 @pytest.mark.spark
 @pytest.mark.timeout(300)
+def test_a_derived_session_sets_only_the_confs_it_changes_and_is_made_once(
+    spark: SparkRuntime,
+) -> None:
+    from herder.dataplane.spark import derived_session
+
+    escaped = "spark.sql.parser.escapedStringLiterals"  # deprecated: setting it makes Spark warn
+    conf = {MAX_PARTITION_BYTES: "1048576", escaped: "false"}
+    derived = derived_session(spark.session, conf)
+    assert derived is not None and derived is not spark.session
+    assert derived.conf.get(MAX_PARTITION_BYTES, None) == "1048576"
+    # held at its default, so not set (and not warned about)
+    assert derived.conf.get(escaped, None) is None
+    assert derived.conf.get(escaped) == "false"
+    # herder's session confs, as the worker's session has them
+    assert derived.conf.get("spark.sql.unionOutputPartitioning") == "false"
+    assert derived_session(spark.session, dict(conf)) is derived
+    assert derived_session(spark.session, {MAX_PARTITION_BYTES: "2097152"}) is not derived
+    # the worker's session is not changed
+    assert spark.session.conf.get(MAX_PARTITION_BYTES, None) is None
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
 def test_a_whole_file_without_carriage_returns_is_read_with_no_expression_per_line(
     spark: SparkRuntime, tmp_path: Path
 ) -> None:

@@ -532,8 +532,10 @@ UNSPLIT_CONF: Mapping[str, str] = {
     # nor runs a scan as one task (a plan Spark deems small), whatever the worker's
     # properties say: a ranged read's partitions are its files
     "spark.sql.optimizer.singleTaskExecution.enabled": "false",
+    # and reads SQL string literals with their escapes (_sql_string), whatever the
+    # worker's properties say
+    "spark.sql.parser.escapedStringLiterals": "false",
 }
-_ESCAPED_LITERALS = "spark.sql.parser.escapedStringLiterals"
 
 
 def unsplit_session(spark: SparkSession) -> SparkSession | None:
@@ -549,14 +551,7 @@ def unsplit_session(spark: SparkSession) -> SparkSession | None:
     for every other read. A ranged read's DataFrame, and whatever a sink derives from
     it, belongs to this session.
     """
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        return None
-    conf = dict(UNSPLIT_CONF)
-    # SQL string literals are read with their escapes (_sql_string); set only if the
-    # worker's properties say otherwise, as setting this deprecated conf makes Spark warn
-    if spark.sparkContext.getConf().get(_ESCAPED_LITERALS, "false").lower() != "false":
-        conf[_ESCAPED_LITERALS] = "false"
-    return derived_session(spark, conf)
+    return derived_session(spark, UNSPLIT_CONF)
 
 
 def _as_envelopes(rows: DataFrame, parts: Sequence[str]) -> DataFrame:

@@ -322,6 +322,10 @@ def derived_session(spark: SparkSession, conf: Mapping[str, str]) -> SparkSessio
     and takes herder's session confs (:data:`SESSION_CONF`) as ``spark`` has them, in
     case they were set on ``spark`` alone. A DataFrame read in it, and what derives from
     it (a staged write, a sink's projection), runs in it.
+
+    ``conf`` names Spark SQL confs. Each is set only where the new session's value (its
+    default, if nothing set it) differs, so that ``conf`` may hold a deprecated conf at
+    its default against the worker's properties without Spark warning that it was set.
     """
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         return None
@@ -331,12 +335,12 @@ def derived_session(spark: SparkSession, conf: Mapping[str, str]) -> SparkSessio
         found = sessions.get(key)
         if found is None:
             found = spark.newSession()
-            for name in SESSION_CONF:
-                value = spark.conf.get(name, None)
-                if value is not None:
+            inherited = {name: spark.conf.get(name, None) for name in SESSION_CONF}
+            wanted = {name: v for name, v in inherited.items() if v is not None} | dict(conf)
+            for name, value in wanted.items():
+                current = found.conf.get(name)  # its default if nothing set it
+                if current is None or current.lower() != value.lower():
                     found.conf.set(name, value)
-            for name, value in conf.items():
-                found.conf.set(name, value)
             sessions[key] = found
         return found
 
