@@ -759,36 +759,50 @@ def _describe(
             continue
         key = (topic_dir[len("topic=") :], int(partition_dir[len("partition=") :]))
         found.setdefault(key, []).append((entry.path, entry.size))
-    segments = []
-    for (topic, partition), files in sorted(found.items()):
-        ordered = sorted(files, key=lambda f: _file_order(f[0]))
-        if positional and _file_order(ordered[0][0])[0] < 0:
-            # the files' order is the records' only through Spark's names for them
-            raise RuntimeError(
-                f"cannot tell where {ordered[0][0]} goes among the files Spark wrote: its"
-                " name is not part-<task>-<job>-c<file>"
-            )
-        summaries = [_summarize(storage, path, timestamp) for path, _size in ordered]
-        kept = [f for f in summaries if f.rows]
-        if kept:
-            sizes = dict(files)
-            # one job wrote them from one DataFrame: its files share their types
-            typed = kept[0].types
-            segments.append(
-                StagedSegment(
-                    topic=topic,
-                    partition=partition,
-                    count=sum(f.rows for f in kept),
-                    files=[f.path for f in kept],
-                    bytes=sum(sizes[f.path] for f in kept),
-                    max_timestamp=max(f.newest for f in kept),
-                    file_counts=[f.rows for f in kept] if positional else None,
-                    key_type=typed.get("key"),
-                    value_type=typed.get("value"),
-                )
-            )
+    segments = [
+        segment
+        for (topic, partition), files in sorted(found.items())
+        if (segment := _segment(storage, topic, partition, files, positional, timestamp))
+    ]
     storage.make_durable(path for segment in segments for path in segment.files)
     return segments
+
+
+def _segment(
+    storage: Storage,
+    topic: str,
+    partition: int,
+    files: list[tuple[str, int]],
+    positional: bool,
+    timestamp: int | None,
+) -> StagedSegment | None:
+    """The segment of ``partition``'s ``files`` (paths and sizes), from their footers;
+    None if they hold no rows."""
+    ordered = sorted(files, key=lambda f: _file_order(f[0]))
+    if positional and _file_order(ordered[0][0])[0] < 0:
+        # the files' order is the records' only through Spark's names for them
+        raise RuntimeError(
+            f"cannot tell where {ordered[0][0]} goes among the files Spark wrote: its"
+            " name is not part-<task>-<job>-c<file>"
+        )
+    summaries = [_summarize(storage, path, timestamp) for path, _size in ordered]
+    kept = [f for f in summaries if f.rows]
+    if not kept:
+        return None
+    sizes = dict(files)
+    # one job wrote them from one DataFrame: its files share their types
+    typed = kept[0].types
+    return StagedSegment(
+        topic=topic,
+        partition=partition,
+        count=sum(f.rows for f in kept),
+        files=[f.path for f in kept],
+        bytes=sum(sizes[f.path] for f in kept),
+        max_timestamp=max(f.newest for f in kept),
+        file_counts=[f.rows for f in kept] if positional else None,
+        key_type=typed.get("key"),
+        value_type=typed.get("value"),
+    )
 
 
 @dataclass(frozen=True)
