@@ -80,9 +80,15 @@ class WriteBehind:
     Spark's writers never flush to disk; the kernel would otherwise hold a job's output
     in memory until the fsync, and write it all then. ``wanted`` says which files (by
     name) are worth it: a part that will be copied into another is not.
+
+    What the fsync still waits for is what was written since the last pass: at most
+    ``interval`` of the job's writing. A DirectorySink's text write of 2,000,000 lines
+    (200 MB) took 0.354 s with passes every 10 ms, 0.360 s every 20 ms and 0.391 s every
+    50 ms, flushed included (medians of 18, in turns, in one process); a pass over a
+    write's few files costs well under a millisecond.
     """
 
-    def __init__(self, folder: str, wanted: Callable[[str], bool], interval: float = 0.05) -> None:
+    def __init__(self, folder: str, wanted: Callable[[str], bool], interval: float = 0.01) -> None:
         self.folder = folder
         self.wanted = wanted
         self.interval = interval
