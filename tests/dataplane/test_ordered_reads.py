@@ -460,3 +460,35 @@ async def test_whole_files_read_by_another_parquet_source_are_read_file_by_file(
         assert [[(r["offset"], r["value"]) for r in part] for part in parts] == [
             [(o, values[o]) for o in range(r.from_offset, r.until_offset)] for r in ranges
         ]
+
+
+async def test_a_ranged_read_of_whole_files_gives_each_row_its_files_place_and_time(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    """One scan of every file, each file a Spark partition: a row's partition, offset and
+    timestamp come from its file, whether the files share them (a literal) or not (a
+    lookup by the file's name), as a read that sorts its rows gives them."""
+    times = iter(range(1_000_000, 2_000_000, 1_000))
+    async with connected(ensemble, storage, spark, clock=lambda: next(times)) as topics:
+        await topics.create("placed", 2)
+        writer = SegmentWriter(topics, spark, "placed-0", 1)
+        for batch in range(4):  # keyless: each batch to a partition, the next in turn
+            values = [b"batch %d line %04d" % (batch, i) for i in range(300 + 50 * batch)]
+            df = await spark.run(
+                lambda v=values: spark.session.createDataFrame([(x,) for x in v], "value binary")
+            )
+            await topics.commit(await writer.stage(df, "placed"))
+        columns = ["partition", "offset", "timestamp", "value"]
+
+        def rows(df: Any) -> list[tuple[Any, ...]]:
+            return sorted(tuple(r[c] for c in columns) for r in df.collect())
+
+        sorted_read = await topics.read("placed", ordered=True)
+        expected = await spark.run(rows, sorted_read)
+        assert {r[0] for r in expected} == {0, 1}
+        assert len({r[2] for r in expected}) == 4  # a timestamp a batch
+        for wanted in (None, {0: (0, 10**6)}):  # both partitions' files; one partition's
+            df, offset_ranges = await topics.read_ranged("placed", wanted, ordered=True)
+            assert offset_ranges is not None and len(offset_ranges) == (4 if wanted is None else 2)
+            got = await spark.run(rows, df)
+            assert got == [r for r in expected if wanted is None or r[0] == 0]
