@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["WriteBehind", "fsync_path", "holds_byte", "start_writeback"]
 
@@ -45,17 +46,36 @@ _SYNC_FILE_RANGE_WRITE = 2
 
 
 @functools.cache
+def _c_library() -> ctypes.CDLL | None:
+    """The process's C library, whose functions ctypes calls without the GIL; None where
+    there is none to load."""
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def _c_function(name: str, argtypes: list[Any], restype: Any) -> Any:
+    """The C library's function ``name``, typed; None where it has none."""
+    library = _c_library()
+    call = getattr(library, name, None) if library is not None else None
+    if call is None:
+        return None
+    call.argtypes = argtypes
+    call.restype = restype
+    return call
+
+
+@functools.cache
 def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
     """Linux's ``sync_file_range`` from the C library (Python's ``os`` has no binding)."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    call.restype = ctypes.c_int
-    return call
+    return _c_function(
+        "sync_file_range",
+        [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint],
+        ctypes.c_int,
+    )
 
 
 def start_writeback(fd: int, offset: int = 0, length: int = 0) -> bool:
@@ -74,40 +94,31 @@ def start_writeback(fd: int, offset: int = 0, length: int = 0) -> bool:
 
 @functools.cache
 def _memchr() -> Callable[[int, int, int], int | None] | None:
-    """The C library's ``memchr``, called without the GIL (as ctypes calls a C
-    library's functions); None where there is no such library."""
-    try:
-        call = ctypes.CDLL(None).memchr
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-    call.restype = ctypes.c_void_p
-    return call
+    """The C library's ``memchr`` (called without the GIL); None where it has none."""
+    return _c_function("memchr", [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t], ctypes.c_void_p)
 
 
 def holds_byte(path: str, byte: int, chunk_bytes: int = 4 << 20) -> bool:
     """Whether the file at ``path`` holds ``byte`` anywhere: read in chunks, each
     searched by the C library's memchr (200 MB in the page cache: 15-25 ms), without the
     GIL throughout, so a caller may search a file while it waits for something else
-    (such as Spark's JVM). Read rather than mapped: a file cut short meanwhile is read
-    short, where a mapping of it would fault."""
+    (such as Spark's JVM); by Python's find where there is no memchr. Read rather than
+    mapped: a file cut short meanwhile is read short, where a mapping of it would fault."""
     memchr = _memchr()
     buffer = bytearray(chunk_bytes)
-    with open(path, "rb", buffering=0) as f:
-        if memchr is None:
+    chunk = (ctypes.c_char * chunk_bytes).from_buffer(buffer) if memchr is not None else None
+    try:
+        with open(path, "rb", buffering=0) as f:
             while read := f.readinto(buffer):
-                if buffer.find(byte, 0, read) >= 0:
+                if memchr is None or chunk is None:
+                    found = buffer.find(byte, 0, read) >= 0
+                else:
+                    found = memchr(ctypes.addressof(chunk), byte, read) is not None
+                if found:
                     return True
-            return False
-        chunk = (ctypes.c_char * chunk_bytes).from_buffer(buffer)
-        try:
-            address = ctypes.addressof(chunk)
-            while read := f.readinto(buffer):
-                if memchr(address, byte, read) is not None:
-                    return True
-            return False
-        finally:
-            del chunk  # the buffer is released only once nothing points into it
+        return False
+    finally:
+        del chunk  # the buffer is released only once nothing points into it
 
 
 class WriteBehind:
