@@ -467,7 +467,7 @@ async def test_a_ranged_read_of_whole_files_gives_each_row_its_files_place_and_t
 ) -> None:
     """One scan of every file, each file a Spark partition: a row's partition, offset and
     timestamp come from its file, whether the files share them (a literal) or not (a
-    lookup by the file's name), as a read that sorts its rows gives them."""
+    lookup by the file's name), as a read file by file gives them."""
     times = iter(range(1_000_000, 2_000_000, 1_000))
     async with connected(ensemble, storage, spark, clock=lambda: next(times)) as topics:
         await topics.create("placed", 2)
@@ -487,8 +487,18 @@ async def test_a_ranged_read_of_whole_files_gives_each_row_its_files_place_and_t
         expected = await spark.run(rows, sorted_read)
         assert {r[0] for r in expected} == {0, 1}
         assert len({r[2] for r in expected}) == 4  # a timestamp a batch
-        for wanted in (None, {0: (0, 10**6)}):  # both partitions' files; one partition's
+        first = (await topics.partition("placed", 0)).live()[0]
+        reads = [
+            (None, 4),  # both partitions' files: partitions and timestamps differ
+            ({0: (0, 10**6)}, 2),  # one partition's: its timestamps differ
+            ({0: (first.base_offset, first.end_offset)}, 1),  # one file: all literals
+        ]
+        for wanted, files in reads:
             df, offset_ranges = await topics.read_ranged("placed", wanted, ordered=True)
-            assert offset_ranges is not None and len(offset_ranges) == (4 if wanted is None else 2)
+            assert offset_ranges is not None and len(offset_ranges) == files
             got = await spark.run(rows, df)
-            assert got == [r for r in expected if wanted is None or r[0] == 0]
+            assert got == [
+                r
+                for r in expected
+                if wanted is None or (r[0] == 0 and wanted[0][0] <= r[1] < wanted[0][1])
+            ]
