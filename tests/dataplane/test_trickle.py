@@ -30,6 +30,7 @@ from herder.connectors.directory import DirectorySinkTask
 from herder.connectors.file import FileStreamSinkTask
 from herder.dataplane import SegmentWriter, SparkRuntime, Storage, Topics
 from herder.dataplane import records as records_module
+from herder.dataplane.codec import CODECS, DEFAULT_CODEC, PRODUCER_COMPRESSION, segment_codec
 from herder.dataplane.records import records_to_table
 from herder.dataplane.trickle import (
     OFF,
@@ -154,6 +155,62 @@ async def test_trickle_and_spark_stage_the_same_records_in_the_same_order(
         assert slice_rows(storage, await topics.plan_read("trickle")) == slice_rows(
             storage, await topics.plan_read("bulk")
         )
+
+
+#: each codec as a Parquet footer names it (pyarrow's "LZ4" is Parquet's LZ4_RAW)
+FOOTER_CODECS = {"none": "UNCOMPRESSED", "gzip": "GZIP", "snappy": "SNAPPY", "lz4": "LZ4",
+                 "zstd": "ZSTD"}  # fmt: skip
+
+
+async def test_every_codec_stages_files_of_its_own_that_read_back_alike(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    """``producer.compression.type``: Spark and pyarrow write each codec's files, named
+    as Spark names them; one topic whose segments differ in their codecs reads back
+    every record, in order, through Spark and through pyarrow."""
+    async with connected(ensemble, storage, spark, clock=lambda: NOW) as topics:
+        await topics.create("codec-mixed", 3)
+        polls = batches("codec-mixed")[:2]  # lines into one partition; keyed ones into three
+        for epoch, (name, codec) in enumerate(CODECS.items()):
+            for trickle in (OFF, ON):
+                writer = SegmentWriter(
+                    topics, spark, "stager-0", 2 * epoch + trickle.enabled, trickle=trickle,
+                    codec=codec,
+                )  # fmt: skip
+                for records in polls:
+                    staged = await writer.stage(records)
+                    for segment in staged.segments:
+                        for file in segment.files:
+                            assert file.endswith(f"{codec.suffix}.parquet"), (name, file)
+                            meta = pq.read_metadata(f"{storage.root}/{file}")
+                            used = {meta.row_group(g).column(c).compression
+                                    for g in range(meta.num_row_groups)
+                                    for c in range(meta.num_columns)}  # fmt: skip
+                            assert used == {FOOTER_CODECS[name]}, (name, trickle, file)
+                    await topics.commit(staged)
+        by_spark = spark_rows(await topics.read("codec-mixed", ordered=True))
+        assert len(by_spark) == 2 * len(CODECS) * sum(len(p) for p in polls)
+        for partition in range(3):
+            offsets = [row[1] for row in by_spark if row[0] == partition]
+            assert offsets == list(range(len(offsets)))
+        # each poll of lines came out as it went in, whichever codec stored it
+        lines = [b"line %d" % i for i in range(40)]
+        runs = []
+        for partition in range(3):
+            values = [row[4] for row in by_spark if row[0] == partition]
+            found = [v for v in values if v is not None and v.startswith(b"line")]
+            runs += [found[i : i + 40] for i in range(0, len(found), 40)]
+        assert runs == [lines] * 2 * len(CODECS)
+        table = read_slices(storage, "codec-mixed", await topics.plan_read("codec-mixed"), 1 << 30)
+        assert table is not None
+        assert arrow_rows(table) == by_spark
+
+
+def test_the_codec_comes_from_the_worker_config() -> None:
+    assert segment_codec({}) is DEFAULT_CODEC is CODECS["lz4"]
+    assert segment_codec({PRODUCER_COMPRESSION: " ZSTD "}) is CODECS["zstd"]
+    with pytest.raises(ConfigError, match=r"producer.compression.type='brotli'.*none, gzip"):
+        segment_codec({PRODUCER_COMPRESSION: "brotli"})
 
 
 async def test_batches_over_the_limits_go_through_spark(
@@ -348,9 +405,9 @@ def test_a_piece_is_cut_into_files_in_order_and_a_failed_one_leaves_none(
     folder = "_staging/pieces-e1/0000000000/topic=t/partition=0"
     first = write_piece(storage, folder, 0, rows(0, 15), 6)
     assert [(re.sub(r"-[0-9a-f-]{36}-", "-*-", p.rsplit("/", 1)[-1]), n) for p, n in first] == [
-        ("part-00000-*-c000.snappy.parquet", 6),
-        ("part-00000-*-c001.snappy.parquet", 6),
-        ("part-00000-*-c002.snappy.parquet", 3),
+        ("part-00000-*-c000.lz4raw.parquet", 6),
+        ("part-00000-*-c001.lz4raw.parquet", 6),
+        ("part-00000-*-c002.lz4raw.parquet", 3),
     ]
     with pytest.raises(RuntimeError, match="went away"):
         write_piece(storage, folder, 1, rows(15, 15, fail_after=10), 6)

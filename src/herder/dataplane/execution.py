@@ -49,6 +49,7 @@ from herder.connect.source import OffsetReader
 from herder.coordinator.apis import fencing_op
 from herder.coordinator.client import CoordinatorClient, CoordinatorConnections
 from herder.coordinator.offsets import TopicPartition as GroupPartition
+from herder.dataplane.codec import segment_codec
 from herder.dataplane.delivery import DeliveryPlan, in_turn
 from herder.dataplane.fencing import connector_fence_id, current_epoch, task_fence_id
 from herder.dataplane.metadata import PartitionState, SegmentSlice
@@ -130,6 +131,7 @@ class TaskExecutions(ExecutionFactory):
         if config.originals.get(SPARK_WARMUP, "true").strip().lower() != "false":
             threading.Thread(target=self._warm_up, name="herder-spark-warmup", daemon=True).start()
         self.trickle = TrickleLimits.from_config(config.originals)
+        self.codec = segment_codec(config.originals)
         self.retention_interval_ms = _int(
             config.originals, RETENTION_CHECK_INTERVAL, DEFAULT_RETENTION_CHECK_INTERVAL_MS
         )
@@ -419,6 +421,7 @@ class SourceExecution(_Execution):
             task=self.name,
             epoch=epoch,
             trickle=self.runtime.trickle,
+            codec=self.runtime.codec,
         )
         await writer.reap()
         checks: list[Op] = [fencing_op(task_fence_id(connector, self.task_id.task), epoch)]

@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from herder.connect import partitions_of
+from herder.dataplane.codec import DEFAULT_CODEC, SegmentCodec
 from herder.dataplane.records import HEADER_TYPE
 from herder.dataplane.typed import SPARK_ROW_METADATA
 from herder.errors import ConfigError
@@ -129,30 +130,37 @@ def _non_negative(settings: Mapping[str, str], key: str, default: int) -> int:
 
 
 def write_in_order(
-    storage: Storage, batch: str, topic: str, partition: int, table: pa.Table
+    storage: Storage,
+    batch: str,
+    topic: str,
+    partition: int,
+    table: pa.Table,
+    codec: SegmentCodec = DEFAULT_CODEC,
 ) -> None:
     """Stage ``table`` — one partition's rows in order, in the columns of a segment file
     that :func:`~herder.dataplane.writer._lean` kept — as Spark's ordered write would
     (:func:`~herder.dataplane.writer._write_partition`): one file, no ``seq``."""
-    _write_file(storage, f"{batch}/topic={topic}/partition={partition}", table)
+    _write_file(storage, f"{batch}/topic={topic}/partition={partition}", table, codec)
 
 
-def write_partitioned(storage: Storage, batch: str, table: pa.Table) -> None:
+def write_partitioned(
+    storage: Storage, batch: str, table: pa.Table, codec: SegmentCodec = DEFAULT_CODEC
+) -> None:
     """Stage ``table`` (of :data:`~herder.dataplane.records.STAGE_SCHEMA`), whose rows go
     to several partitions, as Spark's partitioned write would
     (:func:`~herder.dataplane.writer._write`): a directory per partition, each holding a
     file of its rows with their ``seq``."""
     for tp, rows in partitions_of(table):
         place = f"{batch}/topic={tp.topic}/partition={tp.partition}"
-        _write_file(storage, place, rows.select(_SEQUENCED_COLUMNS))
+        _write_file(storage, place, rows.select(_SEQUENCED_COLUMNS), codec)
 
 
-def _write_file(storage: Storage, folder: str, table: pa.Table) -> None:
+def _write_file(storage: Storage, folder: str, table: pa.Table, codec: SegmentCodec) -> None:
     """One staged file in ``folder``, as Spark's Parquet writer lays it out: its name
-    (``part-<task>-<job>-c<file>``, which orders a partition's files), snappy, one row
-    group, statistics only for :data:`_STATISTICS`, and Spark's own schema in the
+    (``part-<task>-<job>-c<file>``, which orders a partition's files), ``codec``, one
+    row group, statistics only for :data:`_STATISTICS`, and Spark's own schema in the
     footer (which gives the types of typed parts, :mod:`.typed`)."""
-    with _FileWriter(storage, folder, 0, table.schema) as writer:
+    with _FileWriter(storage, folder, 0, table.schema, codec) as writer:
         writer.write(table)
 
 
@@ -166,6 +174,7 @@ def write_piece(
     index: int,
     batches: Iterator[pa.RecordBatch],
     max_rows_per_file: int,
+    codec: SegmentCodec = DEFAULT_CODEC,
 ) -> list[tuple[str, int]]:
     """Stage one piece of a batch (:class:`~herder.connect.ArrowPieces`), read on an
     executor, as Spark's task ``index`` would write it into ``folder``: its rows in
@@ -189,7 +198,7 @@ def write_piece(
             start = 0
             while start < whole.num_rows:
                 if writer is None:
-                    writer = _FileWriter(storage, folder, index, whole.schema, len(files))
+                    writer = _FileWriter(storage, folder, index, whole.schema, codec, len(files))
                     in_file = 0
                 batch = whole.slice(start, max_rows_per_file - in_file)
                 start += batch.num_rows
@@ -222,17 +231,24 @@ class _FileWriter:
     …) of Spark's task ``index``."""
 
     def __init__(
-        self, storage: Storage, folder: str, index: int, schema: pa.Schema, number: int = 0
+        self,
+        storage: Storage,
+        folder: str,
+        index: int,
+        schema: pa.Schema,
+        codec: SegmentCodec,
+        number: int = 0,
     ) -> None:
         storage.fs.create_dir(storage.fs_path(folder), recursive=True)
         self._storage = storage
-        self.path = f"{folder}/part-{index:05d}-{uuid.uuid4()}-c{number:03d}.snappy.parquet"
+        name = f"part-{index:05d}-{uuid.uuid4()}-c{number:03d}{codec.suffix}.parquet"
+        self.path = f"{folder}/{name}"
         self._schema = schema
         self._out = storage.fs.open_output_stream(storage.fs_path(self.path))
         self._writer = pq.ParquetWriter(
             self._out,
             schema,
-            compression="snappy",
+            compression=codec.arrow,
             write_statistics=[c for c in _STATISTICS if c in schema.names],
             # Spark's footer has its own schema and no Arrow one
             store_schema=False,

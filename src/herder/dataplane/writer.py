@@ -50,6 +50,7 @@ from zlib import crc32
 import pyarrow.compute as pc
 
 from herder.connect.records import SOURCE_BATCH_COLUMNS, ArrowPieces, SourceRecord
+from herder.dataplane.codec import DEFAULT_CODEC, SegmentCodec
 from herder.dataplane.metadata import Topic
 from herder.dataplane.records import HEADERS_DDL, records_to_table
 from herder.dataplane.spark import SparkRuntime
@@ -98,7 +99,8 @@ class SegmentWriter:
 
     With ``auto_create`` a topic that does not exist is created with the default
     partition count (``topic.creation.default.partitions``) when a batch names it.
-    Jobs run in Spark scheduler pool ``pool`` (the task's, by default).
+    Jobs run in Spark scheduler pool ``pool`` (the task's, by default). Every file is
+    compressed with ``codec`` (the worker's ``producer.compression.type``).
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class SegmentWriter:
         auto_create: bool = True,
         pool: str | None = None,
         trickle: TrickleLimits = OFF,
+        codec: SegmentCodec = DEFAULT_CODEC,
     ) -> None:
         self.topics = topics
         self.spark = spark
@@ -120,6 +123,7 @@ class SegmentWriter:
         self.pool = pool if pool is not None else task
         #: batches of SourceRecords within these limits are staged by pyarrow
         self.trickle = trickle
+        self.codec = codec
         self._next_batch: int | None = None
         self._allocating = asyncio.Lock()
         self._staged = 0
@@ -206,13 +210,13 @@ class SegmentWriter:
             tasks = -(-table.num_rows // ROWS_PER_WRITE_TASK)
             df = self.spark.session.createDataFrame(table).coalesce(tasks)
             if only is None:
-                _write(df, self.storage.uri(path))
+                _write(df, self.storage.uri(path), self.codec)
             else:
-                _write_partition(df, self.storage, path, *only)
+                _write_partition(df, self.storage, path, *only, self.codec)
         elif only is None:
-            write_partitioned(self.storage, path, table)
+            write_partitioned(self.storage, path, table, self.codec)
         else:
-            write_in_order(self.storage, path, *only, table)
+            write_in_order(self.storage, path, *only, table, self.codec)
         if only is None:
             return _describe(self.storage, path)
         return _describe(self.storage, path, positional=True, timestamp=shared)
@@ -293,7 +297,8 @@ class SegmentWriter:
         path = batch_dir(self.task, self.epoch, batch)
 
         def job() -> list[StagedSegment]:
-            _write(_sequenced(df, types, topic, counts, sticky, now), self.storage.uri(path))
+            rows = _sequenced(df, types, topic, counts, sticky, now)
+            _write(rows, self.storage.uri(path), self.codec)
             return _describe(self.storage, path)
 
         segments = await self.spark.run(job, pool=self.pool)
@@ -336,7 +341,9 @@ class SegmentWriter:
             return self._written_in_order(
                 path,
                 "Spark wrote",
-                lambda: _write_partition(rows, self.storage, path, topic.name, sticky[topic.name]),
+                lambda: _write_partition(
+                    rows, self.storage, path, topic.name, sticky[topic.name], self.codec
+                ),
                 shared,
             )
 
@@ -365,7 +372,7 @@ class SegmentWriter:
                 path,
                 f"executors wrote {pieces.count} pieces of",
                 lambda: _write_pieces(
-                    self.spark.session, self.storage.root, folder, pieces, schema
+                    self.spark.session, self.storage.root, folder, pieces, schema, self.codec
                 ),
                 now,
             )
@@ -579,11 +586,13 @@ def _sequenced(
     return rows.withColumn("seq", F.row_number().over(order) - 1).drop("_order")
 
 
-def _staged_write(df: DataFrame) -> DataFrameWriter:
+def _staged_write(df: DataFrame, codec: SegmentCodec) -> DataFrameWriter:
     """The writer of a staged batch's files: new files only, cut every
-    :data:`MAX_RECORDS_PER_FILE` rows, with :data:`STAGED_FILE_STATISTICS`."""
+    :data:`MAX_RECORDS_PER_FILE` rows, with :data:`STAGED_FILE_STATISTICS`, compressed
+    with ``codec``."""
     return (
         df.write.option("maxRecordsPerFile", MAX_RECORDS_PER_FILE)
+        .option("compression", codec.spark)
         .options(**STAGED_FILE_STATISTICS)
         # "error" rather than its synonym "errorifexists", which Spark Connect's client
         # does not know
@@ -591,14 +600,14 @@ def _staged_write(df: DataFrame) -> DataFrameWriter:
     )
 
 
-def _write(df: DataFrame, uri: str) -> None:
+def _write(df: DataFrame, uri: str, codec: SegmentCodec) -> None:
     """Write a batch whose rows go to several partitions: a directory per partition."""
     columns = ["key", "value", "headers", "timestamp", "seq", "topic", "partition"]
-    _staged_write(df.select(*columns)).partitionBy("topic", "partition").parquet(uri)
+    _staged_write(df.select(*columns), codec).partitionBy("topic", "partition").parquet(uri)
 
 
 def _write_partition(
-    df: DataFrame, storage: Storage, batch: str, topic: str, partition: int
+    df: DataFrame, storage: Storage, batch: str, topic: str, partition: int, codec: SegmentCodec
 ) -> None:
     """Write a batch whose rows all go to ``partition`` of ``topic``, into its directory.
 
@@ -609,7 +618,8 @@ def _write_partition(
     :data:`MAX_RECORDS_PER_FILE` rows: the files, in :func:`_file_order`, hold the
     DataFrame's rows in order, and need no ``seq``.
     """
-    _staged_write(df).parquet(storage.uri(f"{batch}/topic={topic}/partition={partition}"))
+    folder = storage.uri(f"{batch}/topic={topic}/partition={partition}")
+    _staged_write(df, codec).parquet(folder)
 
 
 def _lean(table: pa.Table) -> tuple[pa.Table, int | None]:
@@ -653,7 +663,12 @@ def _file_order(path: str) -> tuple[int, int, str]:
 
 
 def _write_pieces(
-    session: SparkSession, root: str, folder: str, pieces: ArrowPieces, schema: StructType
+    session: SparkSession,
+    root: str,
+    folder: str,
+    pieces: ArrowPieces,
+    schema: StructType,
+    codec: SegmentCodec,
 ) -> list[str]:
     """Have Spark's executors write each of ``pieces`` into ``folder`` (under storage
     ``root``): a Spark task a piece, reading it and writing it as a segment file with
@@ -676,7 +691,7 @@ def _write_pieces(
         for batch in numbers:
             for index in batch.column(0).to_pylist():
                 segment_rows = (_segment_columns(b, has_key, keep) for b in read(index))
-                files = write_piece(storage, folder, index, segment_rows, per_file)
+                files = write_piece(storage, folder, index, segment_rows, per_file, codec)
                 yield pa.RecordBatch.from_pydict({"path": [path for path, _ in files]})
 
     count = pieces.count
