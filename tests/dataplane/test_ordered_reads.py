@@ -502,3 +502,47 @@ async def test_a_ranged_read_of_whole_files_gives_each_row_its_files_place_and_t
                 for r in expected
                 if wanted is None or (r[0] == 0 and wanted[0][0] <= r[1] < wanted[0][1])
             ]
+
+
+async def test_a_reader_of_values_alone_gets_the_scan_of_whole_files_as_it_is(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime
+) -> None:
+    """A ranged read that needs only what the files hold (a sink whose put reads values)
+    gets Spark's scan of them, with no projection, in the same partitions holding the
+    same ranges; one that needs a column worked out from the files (an offset), or a
+    read of files in part, gets every column as before."""
+    values = [b"v%04d" % i for i in range(900)]
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create("bare", 1)
+        writer = SegmentWriter(topics, spark, "bare-0", 1)
+        # two segments, a file each, the second the bigger: Spark reads it first
+        for start, end in ((0, 300), (300, 900)):
+            records = [SourceRecord({}, {}, "bare", v) for v in values[start:end]]
+            await topics.commit(await writer.stage(records))
+
+        def partitions(df: Any) -> tuple[list[str], list[list[bytes]]]:
+            return df.columns, [[r["value"] for r in part] for part in df.rdd.glom().collect()]
+
+        full, full_ranges = await topics.read_ranged("bare", ordered=True)
+        bare, bare_ranges = await topics.read_ranged("bare", ordered=True, columns=["value"])
+        assert bare_ranges == full_ranges and full_ranges is not None
+        columns, parts = await spark.run(partitions, bare)
+        assert columns == ["value"]
+        # the scan itself: no Project above it
+        assert await spark.run(lambda: bare._jdf.queryExecution().analyzed().nodeName()) == (
+            "LogicalRelation"
+        )
+        assert parts == (await spark.run(partitions, full))[1]
+        assert parts == [values[r.from_offset : r.until_offset] for r in bare_ranges]
+        assert [(r.from_offset, r.until_offset) for r in bare_ranges] == [(300, 900), (0, 300)]
+
+        # a column the files do not hold as it is: the projection of them all
+        mixed, _ = await topics.read_ranged("bare", ordered=True, columns=["offset", "value"])
+        assert mixed.columns == full.columns
+        # files read in part: as before
+        part, ranges = await topics.read_ranged(
+            "bare", {0: (100, 800)}, ordered=True, columns=["value"]
+        )
+        assert part.columns == full.columns and ranges is not None
+        rows = await spark.run(lambda: [(r["offset"], r["value"]) for r in part.collect()])
+        assert rows == [(o, values[o]) for o in range(100, 800)]

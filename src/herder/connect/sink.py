@@ -188,6 +188,19 @@ class SinkTask(Task):
         """
         return False
 
+    def columns_read(self) -> Collection[str] | None:
+        """The columns of :data:`~herder.connect.records.SINK_COLUMNS` that :meth:`put`
+        reads when it is given offset ranges (:meth:`SinkTaskContext.offset_ranges`),
+        or None (the default) for all of them. Asked once, after :meth:`start`.
+
+        The runtime may then leave the others out of such a DataFrame: a read of whole
+        files gives Spark's scan of them as it is, rather than a projection that works
+        out every record's place, time and headers, which Spark plans at each delivery
+        (some 20-30 ms of the driver's time, before any record moves) only for the
+        columns to be dropped again. A task that names columns must read no others.
+        """
+        return None
+
     def put_arrow(self, table: pa.Table) -> None:
         """Write a small batch given as a ``pyarrow.Table`` of the columns :meth:`put`
         gets (``timestamp`` in ms, UTC), in (partition, offset) order; called only when

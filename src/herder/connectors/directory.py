@@ -482,6 +482,10 @@ class DirectorySinkTask(SinkTask):
         if outputs:
             fsync_path(self.directory)
 
+    def columns_read(self) -> tuple[str, ...]:
+        # a ranged put writes each range's values to the file named by its first offset
+        return ("value",)
+
     def accepts_arrow(self) -> bool:
         # values written as they are, a line each: no Spark expression to apply
         return self.format == "text" or (

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from herder.connect import (
+    SINK_COLUMNS,
     OffsetRange,
     SinkTask,
     SinkTaskContext,
@@ -396,6 +397,21 @@ class _SourceContext(SourceTaskContext):
         return self._reader
 
 
+def columns_read_by(task: SinkTask, name: str) -> tuple[str, ...] | None:
+    """The columns ``task`` says its ranged put reads (:meth:`SinkTask.columns_read`), in
+    the order of a sink's records; a column they do not have is a ConfigError."""
+    columns = task.columns_read()
+    if columns is None:
+        return None
+    unknown = sorted(set(columns) - set(SINK_COLUMNS))
+    if unknown:
+        raise ConfigError(
+            f"sink task {name} says its put reads column {unknown[0]!r}, which a sink's"
+            f" records do not have (they have {', '.join(SINK_COLUMNS)})"
+        )
+    return tuple(c for c in SINK_COLUMNS if c in columns)
+
+
 class SourceExecution(_Execution):
     """Poll → stage with Spark → commit segments and offsets in one fenced transaction."""
 
@@ -647,6 +663,8 @@ class SinkExecution(_Execution):
         self._turn = 0
         #: whether the task takes small batches as Arrow tables (asked after its start)
         self._accepts_arrow = False
+        #: the columns the task's put reads of a ranged DataFrame (None: all of them)
+        self._columns_read: tuple[str, ...] | None = None
         self.context = _SinkContext(self)
         #: where the task's code runs (the worker's, from the start of the execution)
         self.control = TaskControl(f"task-{self.name}")
@@ -661,6 +679,7 @@ class SinkExecution(_Execution):
         await control.call(self.task.start, dict(self.config))
         # asked once: a task's answer follows from its config
         self._accepts_arrow = await control.call(self.task.accepts_arrow)
+        self._columns_read = await control.call(columns_read_by, self.task, self.name)
         control.started()
         control.doing("joining its connector's group")
         for topic in topics:
@@ -837,6 +856,8 @@ class SinkExecution(_Execution):
                     ranged=self.task.offset_ranged,
                     pool=self.name,
                     slices=slices,
+                    # transforms may read any column, and give every one
+                    columns=None if self.pipeline.chain else self._columns_read,
                 )
                 # transforms select and filter: each Spark partition keeps its offset range
                 df = await self.pipeline.before_put(df)

@@ -95,6 +95,7 @@ def slices_dataframe(
     *,
     ordered: bool = False,
     ranged: bool = False,
+    columns: Sequence[str] | None = None,
 ) -> tuple[DataFrame, list[OffsetRange] | None]:
     """The records of ``slices`` as one DataFrame; in (partition, offset) order if
     ``ordered``. With it, if ``ranged``, the offset range each of its Spark partitions
@@ -102,6 +103,8 @@ def slices_dataframe(
     offset ranges. A ranged read's partitions each hold their range in offset order,
     but they need not come in offset order themselves: whole files are read in one scan,
     whose partitions come in the order Spark reads them (see :func:`_whole_files_scan`).
+    ``columns``: the only ones a ranged read need give (a read of whole files then
+    gives them alone); by default all.
 
     An ordered DataFrame's Spark partitions come in that order, each one's rows in it.
     An ordered ``ranged`` read of at most :data:`MAX_FILES_UNIONED` pieces (a
@@ -117,7 +120,7 @@ def slices_dataframe(
     few = len(files) <= MAX_FILES_UNIONED or bool(types.encoded) or any(f.constants for f in files)
     pieces = _pieces_of(files)
     if ranged and ordered and len(pieces) <= MAX_FILES_UNIONED:
-        scanned = _whole_files_scan(spark, storage, topic, files, types)
+        scanned = _whole_files_scan(spark, storage, topic, files, types, columns)
         if scanned is not None:
             return scanned
         # one Spark partition per piece (a positional file, or a whole segment of
@@ -403,6 +406,7 @@ def _whole_files_scan(
     topic: str,
     files: Sequence[_FileRead],
     types: _ReadTypes,
+    columns: Sequence[str] | None = None,
 ) -> tuple[DataFrame, list[OffsetRange]] | None:
     """The records of ``files`` in one Parquet scan that reads each file as a Spark
     partition of its own, and the offset range each partition holds, in the order
@@ -423,15 +427,23 @@ def _whole_files_scan(
     that uses them (a sink writing values reads values alone). Which file each Spark
     partition reads is Spark's own planning, asked of the scan once; the same relation
     is planned alike for whatever derives from it.
+
+    Where the reader wants ``columns`` a segment file holds as they are (keys and
+    values), the scan of them is the DataFrame, with no projection: Spark analyses a
+    projection of every column at each delivery, only for it to be pruned away again.
     """
     unsplit = unsplit_session(spark)
     if unsplit is None or types.encoded or not files:
         return None
     if any(not f.positional or f.filtered or f.constants for f in files):
         return None
-    rows = unsplit.read.schema(f"{FILE_SCHEMA.format(**types.ddl)}, {ROW_INDEX} bigint").parquet(
-        *(storage.read_uri(f.path) for f in files)
-    )
+    stored = bool(columns) and set(columns or ()) <= set(types.ddl)
+    if stored:
+        assert columns is not None
+        schema = ", ".join(f"{c} {types.ddl[c]}" for c in columns)
+    else:
+        schema = f"{FILE_SCHEMA.format(**types.ddl)}, {ROW_INDEX} bigint"
+    rows = unsplit.read.schema(schema).parquet(*(storage.read_uri(f.path) for f in files))
     read = _files_read(rows)
     if read is None:
         return None
@@ -439,6 +451,11 @@ def _whole_files_scan(
     if len(ordered) != len(files) or len(set(map(id, ordered))) != len(files):
         wanted = [f.path for f in files]
         raise RuntimeError(f"Spark planned to read {read}, which are not the files {wanted}")
+    ranges = [
+        OffsetRange(TopicPartition(topic, f.partition), f.from_offset, f.to_offset) for f in ordered
+    ]
+    if stored:
+        return rows, ranges
     unknown = "raise_error('Spark read a file the read did not plan: ' || input_file_name())"
 
     def by_file(values: list[str]) -> str:
@@ -460,9 +477,6 @@ def _whole_files_scan(
             by_file([f"CAST({f.timestamp} AS BIGINT)" for f in ordered]),
         )
     )
-    ranges = [
-        OffsetRange(TopicPartition(topic, f.partition), f.from_offset, f.to_offset) for f in ordered
-    ]
     return out, ranges
 
 

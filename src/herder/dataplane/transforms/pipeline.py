@@ -271,8 +271,11 @@ class RecordPipeline:
         from pyspark.sql import types as T
 
         types = {f.name: f.dataType for f in df.schema.fields}
+        # a DataFrame of the columns a task reads may lack either part
         typed = {
-            part: types[part] for part in (KEY, VALUE) if not isinstance(types[part], T.BinaryType)
+            part: types[part]
+            for part in (KEY, VALUE)
+            if part in types and not isinstance(types[part], T.BinaryType)
         }
         if not typed:
             return df
