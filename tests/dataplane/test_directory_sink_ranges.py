@@ -218,3 +218,44 @@ async def test_a_zombie_that_reads_further_than_the_owner_writes_nothing_twice(
         line for p in out.iterdir() if p.is_file() for line in p.read_bytes().splitlines()
     )
     assert lines == [b"%06d" % i for i in range(sent)]
+
+
+async def test_lines_read_as_text_are_written_with_no_projection(
+    ensemble: ServerHandle, storage: Storage, spark: SparkRuntime, tmp_path: Path
+) -> None:
+    """Lines read as DirectorySink writing text says it reads them (values alone, as
+    text) are Spark's scan of the staged files, which a text put writes as it is: no
+    projection copying each row, and each range's lines, bytes as they were, in its
+    output; given bytes instead (a read of every column), it writes the same."""
+    from herder.dataplane.datasource import whole_file_lines_dataframe
+
+    source = tmp_path / "in.txt"
+    lines = [b"line %05d \xe9\xff" % i for i in range(3_000)]  # not UTF-8: bytes as they are
+    source.write_bytes(b"".join(line + b"\n" for line in lines))
+    topic = "text-lines"
+    tp = TopicPartition(topic, 0)
+    async with connected(ensemble, storage, spark) as topics:
+        await topics.create(topic, 1)
+        writer = SegmentWriter(topics, spark, f"{topic}-0", 1)
+        df = await spark.run(whole_file_lines_dataframe, spark.session, str(source))
+        assert df is not None
+        await topics.commit(await writer.stage(df, topic))
+
+        for how, out in (("as text", tmp_path / "text"), ("as bytes", tmp_path / "bytes")):
+            task = DirectorySinkTask()
+            task.start({"directory": str(out), "format": "text", "topics": topic})
+            columns = task.columns_read() if how == "as text" else None
+            read, ranges = await topics.read_ranged(topic, ordered=True, columns=columns)
+            assert ranges is not None
+            task.initialize(PutContext(ranges))
+            task.bases = {tp: 0}
+            if how == "as text":
+                assert read.dtypes == [("value", "string")]
+                assert task._rows(read, located=False) is read
+            await asyncio.to_thread(task.put, read)
+            task.stop()
+            written = {p.name: p.read_bytes().splitlines() for p in out.iterdir() if p.is_file()}
+            assert written == {
+                output_name(tp, r.from_offset, "text"): lines[r.from_offset : r.until_offset]
+                for r in ranges
+            }, how

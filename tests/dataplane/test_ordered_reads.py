@@ -524,7 +524,7 @@ async def test_a_reader_of_values_alone_gets_the_scan_of_whole_files_as_it_is(
             return df.columns, [[r["value"] for r in part] for part in df.rdd.glom().collect()]
 
         full, full_ranges = await topics.read_ranged("bare", ordered=True)
-        bare, bare_ranges = await topics.read_ranged("bare", ordered=True, columns=["value"])
+        bare, bare_ranges = await topics.read_ranged("bare", ordered=True, columns={"value": None})
         assert bare_ranges == full_ranges and full_ranges is not None
         columns, parts = await spark.run(partitions, bare)
         assert columns == ["value"]
@@ -537,11 +537,21 @@ async def test_a_reader_of_values_alone_gets_the_scan_of_whole_files_as_it_is(
         assert [(r.from_offset, r.until_offset) for r in bare_ranges] == [(300, 900), (0, 300)]
 
         # a column the files do not hold as it is: the projection of them all
-        mixed, _ = await topics.read_ranged("bare", ordered=True, columns=["offset", "value"])
+        # bytes as text: the same scan, of strings
+        text, text_ranges = await topics.read_ranged(
+            "bare", ordered=True, columns={"value": "string"}
+        )
+        assert text_ranges == full_ranges and text.dtypes == [("value", "string")]
+        assert await spark.run(
+            lambda: [[r["value"] for r in p] for p in text.rdd.glom().collect()]
+        ) == [[v.decode() for v in part] for part in parts]
+        mixed, _ = await topics.read_ranged(
+            "bare", ordered=True, columns={"offset": None, "value": None}
+        )
         assert mixed.columns == full.columns
         # files read in part: as before
         part, ranges = await topics.read_ranged(
-            "bare", {0: (100, 800)}, ordered=True, columns=["value"]
+            "bare", {0: (100, 800)}, ordered=True, columns={"value": "string"}
         )
         assert part.columns == full.columns and ranges is not None
         rows = await spark.run(lambda: [(r["offset"], r["value"]) for r in part.collect()])

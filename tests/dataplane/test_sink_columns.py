@@ -28,13 +28,15 @@ class ValuesOnly(SinkTask):
 
     offset_ranged = True
 
-    def __init__(self, columns: tuple[str, ...] | None = ("value",)) -> None:
-        self.columns = columns
+    def __init__(
+        self, columns: dict[str, str | None] | None = None, *, all_of_them: bool = False
+    ) -> None:
+        self.columns = None if all_of_them else columns or {"value": None}
         self.puts: list[tuple[list[str], list[tuple[Any, list[bytes]]]]] = []
 
     def start(self, config: dict[str, str]) -> None: ...
 
-    def columns_read(self) -> tuple[str, ...] | None:
+    def columns_read(self) -> dict[str, str | None] | None:
         return self.columns
 
     def put(self, df: Any) -> None:
@@ -123,9 +125,11 @@ async def test_a_task_of_values_gets_the_scan_of_its_files(executions: TaskExecu
 
 
 def test_a_column_a_sink_record_lacks_is_a_config_error() -> None:
-    assert columns_read_by(ValuesOnly(None), "c-0") is None
-    assert columns_read_by(ValuesOnly(("value", "offset", "key")), "c-0") == (
-        "offset", "key", "value"
-    )  # fmt: skip
+    assert columns_read_by(ValuesOnly(all_of_them=True), "c-0") is None
+    said = {"value": "string", "offset": None, "key": None}
+    assert list(columns_read_by(ValuesOnly(said), "c-0") or {}) == ["offset", "key", "value"]
     with pytest.raises(ConfigError, match=r"c-0 says its put reads column 'body'"):
-        columns_read_by(ValuesOnly(("value", "body")), "c-0")
+        columns_read_by(ValuesOnly({"value": None, "body": None}), "c-0")
+    for column, how in (("offset", "string"), ("value", "int")):
+        with pytest.raises(ConfigError, match=f"reads column {column!r} as {how!r}"):
+            columns_read_by(ValuesOnly({column: how}), "c-0")

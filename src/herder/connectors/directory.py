@@ -460,7 +460,9 @@ class DirectorySinkTask(SinkTask):
         if not owned:
             return
         value_type = df.schema["value"].dataType
-        self._value_type = None if isinstance(value_type, T.BinaryType) else value_type
+        # bytes, or bytes as text (see columns_read): no typed value is a string
+        plain = isinstance(value_type, T.BinaryType | T.StringType)
+        self._value_type = None if plain else value_type
         temp = os.path.join(self.directory, TEMP_DIR, f"{self._temp_prefix}-{next(self._temps)}")
         try:
             ranges = self.context.offset_ranges()
@@ -482,9 +484,10 @@ class DirectorySinkTask(SinkTask):
         if outputs:
             fsync_path(self.directory)
 
-    def columns_read(self) -> tuple[str, ...]:
-        # a ranged put writes each range's values to the file named by its first offset
-        return ("value",)
+    def columns_read(self) -> dict[str, str | None]:
+        # a ranged put writes each range's values to the file named by its first offset;
+        # lines of text are written from strings
+        return {"value": "string" if self.format == "text" else None}
 
     def accepts_arrow(self) -> bool:
         # values written as they are, a line each: no Spark expression to apply
@@ -618,6 +621,10 @@ class DirectorySinkTask(SinkTask):
             return self._typed_rows(df, where, self._value_type)
         value = F.col("value").cast("string").alias("value")
         if self.format == "text":
+            if not where and df.dtypes == [("value", "string")]:
+                # a scan of values read as text (see columns_read): written as it is,
+                # with no projection copying each row
+                return df
             return df.select(*where, value)
         if self.format == "json" and not self.schema:
             return df.where(F.col("value").isNotNull()).select(*where, value)

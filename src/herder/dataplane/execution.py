@@ -397,9 +397,11 @@ class _SourceContext(SourceTaskContext):
         return self._reader
 
 
-def columns_read_by(task: SinkTask, name: str) -> tuple[str, ...] | None:
+def columns_read_by(task: SinkTask, name: str) -> dict[str, str | None] | None:
     """The columns ``task`` says its ranged put reads (:meth:`SinkTask.columns_read`), in
-    the order of a sink's records; a column they do not have is a ConfigError."""
+    the order of a sink's records, each with how it reads it; a column they do not
+    have, or a way to read it other than as given or (keys and values) as strings, is a
+    ConfigError."""
     columns = task.columns_read()
     if columns is None:
         return None
@@ -409,7 +411,14 @@ def columns_read_by(task: SinkTask, name: str) -> tuple[str, ...] | None:
             f"sink task {name} says its put reads column {unknown[0]!r}, which a sink's"
             f" records do not have (they have {', '.join(SINK_COLUMNS)})"
         )
-    return tuple(c for c in SINK_COLUMNS if c in columns)
+    for column, how in columns.items():
+        if how is not None and (how != "string" or column not in ("key", "value")):
+            raise ConfigError(
+                f"sink task {name} says its put reads column {column!r} as {how!r}: a"
+                " column is read as the runtime gives it (None), or a key or value of"
+                " bytes as 'string'"
+            )
+    return {c: columns[c] for c in SINK_COLUMNS if c in columns}
 
 
 class SourceExecution(_Execution):
@@ -664,7 +673,7 @@ class SinkExecution(_Execution):
         #: whether the task takes small batches as Arrow tables (asked after its start)
         self._accepts_arrow = False
         #: the columns the task's put reads of a ranged DataFrame (None: all of them)
-        self._columns_read: tuple[str, ...] | None = None
+        self._columns_read: dict[str, str | None] | None = None
         self.context = _SinkContext(self)
         #: where the task's code runs (the worker's, from the start of the execution)
         self.control = TaskControl(f"task-{self.name}")

@@ -95,7 +95,7 @@ def slices_dataframe(
     *,
     ordered: bool = False,
     ranged: bool = False,
-    columns: Sequence[str] | None = None,
+    columns: Mapping[str, str | None] | None = None,
 ) -> tuple[DataFrame, list[OffsetRange] | None]:
     """The records of ``slices`` as one DataFrame; in (partition, offset) order if
     ``ordered``. With it, if ``ranged``, the offset range each of its Spark partitions
@@ -103,8 +103,9 @@ def slices_dataframe(
     offset ranges. A ranged read's partitions each hold their range in offset order,
     but they need not come in offset order themselves: whole files are read in one scan,
     whose partitions come in the order Spark reads them (see :func:`_whole_files_scan`).
-    ``columns``: the only ones a ranged read need give (a read of whole files then
-    gives them alone); by default all.
+    ``columns``: the only ones a ranged read need give, and how (see
+    :meth:`~herder.connect.SinkTask.columns_read`; a read of whole files then gives
+    them alone); by default all.
 
     An ordered DataFrame's Spark partitions come in that order, each one's rows in it.
     An ordered ``ranged`` read of at most :data:`MAX_FILES_UNIONED` pieces (a
@@ -406,7 +407,7 @@ def _whole_files_scan(
     topic: str,
     files: Sequence[_FileRead],
     types: _ReadTypes,
-    columns: Sequence[str] | None = None,
+    columns: Mapping[str, str | None] | None = None,
 ) -> tuple[DataFrame, list[OffsetRange]] | None:
     """The records of ``files`` in one Parquet scan that reads each file as a Spark
     partition of its own, and the offset range each partition holds, in the order
@@ -431,6 +432,7 @@ def _whole_files_scan(
     Where the reader wants ``columns`` a segment file holds as they are (keys and
     values), the scan of them is the DataFrame, with no projection: Spark analyses a
     projection of every column at each delivery, only for it to be pruned away again.
+    Bytes wanted as strings are read as strings, which Parquet's bytes are either way.
     """
     unsplit = unsplit_session(spark)
     if unsplit is None or types.encoded or not files:
@@ -440,7 +442,10 @@ def _whole_files_scan(
     stored = bool(columns) and set(columns or ()) <= set(types.ddl)
     if stored:
         assert columns is not None
-        schema = ", ".join(f"{c} {types.ddl[c]}" for c in columns)
+        schema = ", ".join(
+            f"{c} {'string' if how == 'string' and types.ddl[c] == 'binary' else types.ddl[c]}"
+            for c, how in columns.items()
+        )
     else:
         schema = f"{FILE_SCHEMA.format(**types.ddl)}, {ROW_INDEX} bigint"
     rows = unsplit.read.schema(schema).parquet(*(storage.read_uri(f.path) for f in files))

@@ -566,13 +566,14 @@ class Topics:
         ranged: bool = True,
         pool: str | None = None,
         slices: list[SegmentSlice] | None = None,
-        columns: Sequence[str] | None = None,
+        columns: Mapping[str, str | None] | None = None,
     ) -> tuple[DataFrame, list[OffsetRange] | None]:
         """:meth:`read`, with, if ``ranged``, the offset range each of the DataFrame's
         Spark partitions holds, in their order, or None if they do not follow offset
         ranges (see :func:`~herder.dataplane.reader.slices_dataframe`). ``slices``: the
         read already planned from states at hand (:func:`slices_of`). ``columns``: the
-        only columns a ranged DataFrame need have (the others may be left out)."""
+        only columns a ranged DataFrame need have, and how (see
+        :meth:`~herder.connect.SinkTask.columns_read`); the others may be left out."""
         if self.spark is None:
             raise ConfigError("reading a topic into a DataFrame needs a Spark runtime")
         runtime, storage = self.spark, self.storage
