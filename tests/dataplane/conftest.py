@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from herder.dataplane import SparkRuntime, Storage, Topics, spark_runtime, stop_spark
+from herder.dataplane.execution import TaskExecutions
 from herder.dataplane.metadata import SegmentSlice
 from herder.dataplane.reader import slice_batches
 from herder.ensemble.client import EnsembleClient
+from herder.runtime.worker_config import WorkerConfig
 from tests.harness import Processes
 from tests.integration.conftest import ServerHandle, make_server
 
@@ -63,6 +65,23 @@ async def connected(
     """A :class:`Topics` on a client of its own (so two of them race like two workers)."""
     async with EnsembleClient(ensemble.bootstrap, session_timeout_ms=30_000) as client:
         yield Topics(client, storage, spark=spark, **kw)  # type: ignore[arg-type]
+
+
+def worker_executions(tmp_path: Path, ensemble: ServerHandle, **properties: str) -> TaskExecutions:
+    """A worker's task executions on the shared ensemble and Spark, with the worker
+    ``properties`` given (the test opens and closes them on its own event loop)."""
+    return TaskExecutions(
+        WorkerConfig.from_properties(
+            {
+                "group.id": "g",
+                "bootstrap.servers": ensemble.bootstrap,
+                "storage.root": str(tmp_path / "data"),
+                "dataplane.spark.warmup": "false",
+                **TEST_SPARK_CONF,
+                **properties,
+            }
+        )
+    )
 
 
 def slice_rows(storage: Storage, pieces: Iterable[SegmentSlice], max_rows: int = 7) -> list[Any]:

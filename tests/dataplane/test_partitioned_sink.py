@@ -20,8 +20,7 @@ from herder.dataplane import SegmentWriter, SparkRuntime
 from herder.dataplane.execution import SinkExecution, TaskExecutions
 from herder.runtime.core.member import Generation
 from herder.runtime.core.protocol import ConnectorTaskId
-from herder.runtime.worker_config import WorkerConfig
-from tests.dataplane.conftest import TEST_SPARK_CONF
+from tests.dataplane.conftest import worker_executions
 from tests.integration.conftest import ServerHandle
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -57,17 +56,7 @@ class Member:
 def executions(tmp_path: Path, ensemble: ServerHandle, spark: SparkRuntime) -> TaskExecutions:
     """A worker's executions on the shared ensemble and Spark (the test closes them on
     its own event loop)."""
-    return TaskExecutions(
-        WorkerConfig.from_properties(
-            {
-                "group.id": "g",
-                "bootstrap.servers": ensemble.bootstrap,
-                "storage.root": str(tmp_path / "data"),
-                "dataplane.spark.warmup": "false",
-                **TEST_SPARK_CONF,
-            }
-        )
-    )
+    return worker_executions(tmp_path, ensemble)
 
 
 async def fill(run: SinkExecution) -> None:
@@ -135,18 +124,7 @@ async def test_a_big_file_behind_a_steady_trickle_is_delivered(
     the trickle path takes. Deliveries of small files take only what fits, so the big
     file waits, but each delivery starts at the next partition: it is first in one of
     the next, and goes through Spark, instead of waiting behind partition 0 for ever."""
-    executions = TaskExecutions(
-        WorkerConfig.from_properties(
-            {
-                "group.id": "g",
-                "bootstrap.servers": ensemble.bootstrap,
-                "storage.root": str(tmp_path / "data"),
-                "dataplane.spark.warmup": "false",
-                "dataplane.trickle.max.records": "10",
-                **TEST_SPARK_CONF,
-            }
-        )
-    )
+    executions = worker_executions(tmp_path, ensemble, **{"dataplane.trickle.max.records": "10"})
     await executions.open()
     try:
         task = CollectingArrow()

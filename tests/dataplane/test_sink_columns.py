@@ -4,7 +4,7 @@ its offset range; with transforms, which may read any column, it gets them all."
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,7 @@ from herder.dataplane.execution import SinkExecution, TaskExecutions, columns_re
 from herder.errors import ConfigError
 from herder.runtime.core.member import Generation
 from herder.runtime.core.protocol import ConnectorTaskId
-from herder.runtime.worker_config import WorkerConfig
-from tests.dataplane.conftest import TEST_SPARK_CONF
+from tests.dataplane.conftest import worker_executions
 from tests.integration.conftest import ServerHandle
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(180)]
@@ -56,22 +55,9 @@ class Member:
 
 
 @pytest.fixture
-def executions(
-    tmp_path: Path, ensemble: ServerHandle, spark: SparkRuntime
-) -> Iterator[TaskExecutions]:
-    yield TaskExecutions(
-        WorkerConfig.from_properties(
-            {
-                "group.id": "g",
-                "bootstrap.servers": ensemble.bootstrap,
-                "storage.root": str(tmp_path / "data"),
-                "dataplane.spark.warmup": "false",
-                # the delivery goes through Spark, as a big one does
-                "dataplane.trickle.max.records": "0",
-                **TEST_SPARK_CONF,
-            }
-        )
-    )
+def executions(tmp_path: Path, ensemble: ServerHandle, spark: SparkRuntime) -> TaskExecutions:
+    # the delivery goes through Spark, as a big one does
+    return worker_executions(tmp_path, ensemble, **{"dataplane.trickle.max.records": "0"})
 
 
 async def deliver(
