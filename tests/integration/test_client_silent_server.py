@@ -90,3 +90,65 @@ def test_a_tailer_reads_on_after_its_clients_session_expired(
             await tailer.stop()
 
     asyncio.run(scenario())
+
+
+def test_reads_and_rewritable_writes_go_on_under_a_new_session_after_an_expiry(
+    processes: Processes, tmp_path: Path
+) -> None:
+    """Found by the nemesis soak: a sink task whose worker's session expired while the
+    ensemble was out of reach failed on its next read of a topic's metadata, and its
+    FAILED status, written under the same session, was lost, so the cluster went on
+    showing it RUNNING. A read needs no session, and a status written twice is the same
+    status: both go on under the client's next session. A write that must not be
+    applied twice still fails with the expiry, for its caller to judge."""
+    from herder.ensemble.txn import Append
+    from herder.errors import SessionExpired, UnknownSession
+    from herder.runtime.core.protocol import ConnectorTaskId
+    from herder.runtime.core.status import State, TaskStatus
+    from herder.runtime.stores import StatusStore
+
+    server = make_server(processes, tmp_path, maxSessionTimeout=60_000).start()
+    host, port = server.bootstrap.split(":")
+
+    async def expire(client: EnsembleClient) -> int:
+        """End ``client``'s session behind its back, and drop its connection, so that
+        it finds the session gone on reconnecting."""
+        old = client.session_id
+        raw = WireClient(host, int(port), ApiRegistry(apis.CLIENT_APIS))
+        await raw.request(apis.CLOSE_SESSION, apis.CloseSessionRequest(session_id=old))
+        await raw.close()
+        server.kill9()
+        server.start()
+        return old
+
+    async def scenario() -> None:
+        # pings far apart: the requests below, not the ping loop, meet the expiry
+        async with EnsembleClient(server.bootstrap, session_timeout_ms=30_000) as client:
+            await client.create_log("kept")
+            await client.append("kept", b"before")
+            old = await expire(client)
+            reply = await client.read("kept")
+            assert [r.value for r in reply.records] == [b"before"]
+            assert client.session_id not in (old, 0)
+
+            statuses = StatusStore(client)
+            await statuses.start()
+            old = await expire(client)
+            failed = TaskStatus(ConnectorTaskId("c", 0), State.FAILED, "w", 3, trace="boom")
+            await statuses.put(failed)
+            assert client.session_id not in (old, 0)
+
+            old = await expire(client)
+            with pytest.raises((SessionExpired, UnknownSession)):
+                await client.transact([Append("kept", None, b"once")])
+            await statuses.stop()
+        async with EnsembleClient(server.bootstrap) as reader:
+            fresh = StatusStore(reader)
+            await fresh.start()
+            stored = fresh.view.task(ConnectorTaskId("c", 0))
+            assert stored is not None and stored.state is State.FAILED
+            await fresh.stop()
+            values = [r.value for r in (await reader.read("kept")).records]
+            assert values == [b"before"]
+
+    asyncio.run(scenario())

@@ -102,6 +102,8 @@ class EnsembleClient:
         self._next_server = random.randrange(len(self.servers))
         self._seq = itertools.count(1)
         self._reconnecting: asyncio.Task[None] | None = None
+        #: held while an expired session is replaced: one new session for all who saw it
+        self._renewing = asyncio.Lock()
         self._pinger: asyncio.Task[None] | None = None
         self._window = asyncio.Semaphore(RESULT_WINDOW)
         self._closed = False
@@ -225,6 +227,7 @@ class EnsembleClient:
     async def _ping_loop(self) -> None:
         while not self._closed:
             await asyncio.sleep(self.session_timeout_ms / 3000)
+            pinged = self.session_id
             try:
                 # A server cut off by the network, or paused, answers nothing and closes
                 # nothing: only a ping that waits no longer than a third of the session
@@ -239,71 +242,117 @@ class EnsembleClient:
             except asyncio.CancelledError:
                 raise
             except (SessionExpired, UnknownSession) as exc:
-                await self._renew_session(exc)
+                await self._renew_session(exc, pinged)
             except HerderError as exc:
                 log.warning("session %#x ping failed: %s", self.session_id, exc)
 
-    async def _renew_session(self, cause: HerderError) -> None:
-        """The ensemble expired our session (we were silent too long): open a new one.
+    async def _renew_session(self, cause: HerderError, expired: int) -> None:
+        """The ensemble expired session ``expired`` (we were silent too long): open a new
+        one, unless another caller that saw it expire did already.
 
         Keys the old session owned are gone, as its expiry promised; writes in flight
         under it failed with SESSION_EXPIRED and are the caller's to retry.
         """
-        old = self.session_id
-        self.session_id = 0
-        self._seq = itertools.count(1)
-        wire = self._wire
-        try:
-            if wire is None or not wire.connected:
-                await self._reconnect()
-            else:
-                await self._open_session(wire)
-        except HerderError as exc:
-            self.session_id = old
-            log.warning("could not renew expired session %#x: %s", old, exc)
-            return
-        log.warning("session %#x: %s; continuing as session %#x", old, cause, self.session_id)
+        async with self._renewing:
+            if self.session_id != expired:
+                return
+            self.session_id = 0
+            self._seq = itertools.count(1)
+            for attempt in range(2):
+                wire = self._wire
+                try:
+                    if wire is None or not wire.connected:
+                        await self._reconnect()
+                    else:
+                        await self._open_session(wire)
+                    break
+                except HerderError as exc:
+                    # a reconnection under way may have been resuming the expired
+                    # session: once it has failed, the next one opens a new session
+                    if attempt == 0 and isinstance(exc, SessionExpired | UnknownSession):
+                        continue
+                    self.session_id = expired
+                    log.warning("could not renew expired session %#x: %s", expired, exc)
+                    return
+        log.warning("session %#x: %s; continuing as session %#x", expired, cause, self.session_id)
 
     def _saw(self, zxid: int) -> None:
         if zxid > self.last_zxid:
             self.last_zxid = zxid
 
     async def _call(
-        self, api: Api[Any, Resp], body: msgspec.Struct, timeout: float | None = None
+        self,
+        api: Api[Any, Resp],
+        body: msgspec.Struct,
+        timeout: float | None = None,
+        *,
+        renew: bool = False,
     ) -> Resp:
-        """Send ``body``; on a retriable failure move to another server and resend."""
+        """Send ``body``; on a retriable failure move to another server and resend. With
+        ``renew`` (a request that needs no session, such as a read), a session that
+        expired is replaced and the request sent again under the new one; without it
+        the expiry is the caller's."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.give_up_after
         while True:
-            wire = self._wire
-            if wire is None:
-                await self._reconnect()
-                continue
+            session = self.session_id
             try:
-                return await wire.request(api, body, timeout=timeout)
-            except (SessionExpired, UnknownSession):
-                raise
-            except RetriableError as exc:
-                if self._closed or loop.time() >= deadline:
+                wire = self._wire
+                if wire is None:
+                    await self._reconnect()
+                    continue
+                try:
+                    return await wire.request(api, body, timeout=timeout)
+                except (SessionExpired, UnknownSession):
                     raise
-                log.info(
-                    "%s to %s failed (%s); moving to another server", api.name, wire.address, exc
-                )
-                if self._wire is wire:
-                    self._wire = None
-                    await wire.close()
-                await self._reconnect()
+                except RetriableError as exc:
+                    if self._closed or loop.time() >= deadline:
+                        raise
+                    log.info(
+                        "%s to %s failed (%s); moving to another server",
+                        api.name,
+                        wire.address,
+                        exc,
+                    )
+                    if self._wire is wire:
+                        self._wire = None
+                        await wire.close()
+                    await self._reconnect()
+            except (SessionExpired, UnknownSession) as exc:
+                if not renew or self._closed or loop.time() >= deadline:
+                    raise
+                await self._renew_session(exc, session)
+                if self.session_id in (session, 0):
+                    raise  # not renewed: the expiry stands
 
     # -- writes -------------------------------------------------------------------
 
-    async def transact(self, ops: Sequence[Op], *, check: bool = True) -> TxnResult:
-        """Apply ``ops`` atomically; raise the refusal (e.g. CheckFailed) unless ``check=False``."""
-        async with self._window:
-            seq = next(self._seq)
-            reply = await self._call(
-                apis.TRANSACT,
-                apis.TransactRequest(session_id=self.session_id, seq=seq, ops=list(ops)),
-            )
+    async def transact(
+        self, ops: Sequence[Op], *, check: bool = True, renew: bool = False
+    ) -> TxnResult:
+        """Apply ``ops`` atomically; raise the refusal (e.g. CheckFailed) unless ``check=False``.
+
+        A write under a session that expired fails with SessionExpired: it may have
+        been applied before the session ended, and writing it again under a new session
+        could apply it twice. ``renew`` says that twice does no harm (a compacted log's
+        latest record for a key, say): the write is then made again under a new session.
+        """
+        while True:
+            session = self.session_id
+            try:
+                async with self._window:
+                    seq = next(self._seq)
+                    reply = await self._call(
+                        apis.TRANSACT,
+                        apis.TransactRequest(session_id=self.session_id, seq=seq, ops=list(ops)),
+                    )
+                break
+            except (SessionExpired, UnknownSession) as exc:
+                if not renew or self._closed:
+                    raise
+                await self._renew_session(exc, session)
+                if self.session_id in (session, 0):
+                    raise
         result = reply.result
         self._saw(result.zxid)
         if check:
@@ -333,11 +382,11 @@ class EnsembleClient:
     # -- reads --------------------------------------------------------------------
 
     async def list_logs(self) -> list[LogInfo]:
-        reply = await self._call(apis.LIST_LOGS, apis.ListLogsRequest())
+        reply = await self._call(apis.LIST_LOGS, apis.ListLogsRequest(), renew=True)
         return reply.logs
 
     async def describe_log(self, name: str) -> LogInfo:
-        reply = await self._call(apis.DESCRIBE_LOG, apis.DescribeLogRequest(name=name))
+        reply = await self._call(apis.DESCRIBE_LOG, apis.DescribeLogRequest(name=name), renew=True)
         return reply.log
 
     async def read(
@@ -363,6 +412,7 @@ class EnsembleClient:
                 min_zxid=max(min_zxid, self.last_zxid),
             ),
             timeout=timeout,
+            renew=True,
         )
         self._saw(reply.last_zxid)
         return reply
@@ -371,19 +421,20 @@ class EnsembleClient:
         reply = await self._call(
             apis.END_OFFSETS,
             apis.EndOffsetsRequest(logs=list(logs), min_zxid=max(min_zxid, self.last_zxid)),
+            renew=True,
         )
         self._saw(reply.last_zxid)
         return reply.end_offsets
 
     async def sync(self) -> int:
         """Bring the connected server up to the leader's commit point; return that zxid."""
-        reply = await self._call(apis.SYNC, apis.SyncRequest())
+        reply = await self._call(apis.SYNC, apis.SyncRequest(), renew=True)
         self._saw(reply.zxid)
         return reply.zxid
 
     async def status(self) -> apis.StatusResponse:
         """The connected server's status."""
-        return await self._call(apis.STATUS, apis.StatusRequest())
+        return await self._call(apis.STATUS, apis.StatusRequest(), renew=True)
 
 
 async def server_status(

@@ -14,7 +14,7 @@ import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from herder.ensemble.client import EnsembleClient
 from herder.ensemble.tailer import LogTailer
@@ -44,6 +44,11 @@ DEFAULT_STATUS_LOG = "_status"
 class _CompactedLogStore(ABC):
     """A compacted log, created if absent, followed from the start."""
 
+    #: whether a write may be applied twice (it says what a key is now, whatever was
+    #: written before it): one made under a session that expired is then made again
+    #: under the client's next session, rather than lost (see EnsembleClient.transact)
+    rewritable: ClassVar[bool] = False
+
     def __init__(self, client: EnsembleClient, log_name: str) -> None:
         self.client = client
         self.log_name = log_name
@@ -67,7 +72,7 @@ class _CompactedLogStore(ABC):
         """Append ``records`` atomically (after ``checks``); return the zxid."""
         ops: list[Op] = [*checks]
         ops += [Append(self.log_name, key.encode(), value) for key, value in records]
-        result = await self.client.transact(ops)
+        result = await self.client.transact(ops, renew=self.rewritable and not checks)
         return result.zxid
 
     @abstractmethod
@@ -180,6 +185,10 @@ class OffsetStore(_CompactedLogStore):
 
 class StatusStore(_CompactedLogStore):
     """``_status``: connector and task states; an older generation never wins."""
+
+    # a state written twice is the same state: a task's FAILED must not be lost to an
+    # expired session, or the cluster goes on showing it RUNNING
+    rewritable = True
 
     def __init__(self, client: EnsembleClient, log_name: str = DEFAULT_STATUS_LOG) -> None:
         super().__init__(client, log_name)
