@@ -52,6 +52,8 @@ run, on 127.0.0.1 with fresh temporary directories:
   (default 50,000) for ``--sustained-seconds`` (default 20, after
   ``--sustained-warmup-seconds``, default 5, not counted); each line's latency is the
   time from its write to the arrival of the sink file that holds it: p50, p99, max.
+  The lines are written, and the sink's files watched, by this process: its CPU is
+  the step's own (``load_cpu_s``), not counted in ``other_cpu_pct``.
   ``--sustained-rate 0`` leaves it out.
 
 ``--only latency`` runs the two latency steps alone (no plain Spark, no throughput
@@ -151,14 +153,24 @@ def tree_cpu_seconds(root: int) -> float:
 
 
 class Measured:
-    """Elapsed time, the worker tree's CPU and everything else's CPU over one step."""
+    """Elapsed time, the worker tree's CPU and everything else's CPU over one step.
 
-    def __init__(self, worker_pid: int | None, server_pid: int | None = None) -> None:
+    ``load_pid``: a process (this one, alone, not its children) that makes the step's
+    load, whose CPU is the step's rather than another process's (``load_cpu_s``)."""
+
+    def __init__(
+        self, worker_pid: int | None, server_pid: int | None = None, *, load_pid: int | None = None
+    ) -> None:
         self.pids = [p for p in (worker_pid, server_pid) if p is not None]
+        self.load_pid = load_pid
+
+    def _load_cpu(self) -> float:
+        return _procs.cpu_seconds(self.load_pid) if self.load_pid is not None else 0.0
 
     def __enter__(self) -> Measured:
         self.machine = _procs.MachineCpu.read()
         self.cpu = [tree_cpu_seconds(p) for p in self.pids]
+        self.load_cpu = self._load_cpu()
         self.started = time.monotonic()
         return self
 
@@ -167,7 +179,8 @@ class Measured:
         busy = _procs.MachineCpu.read().busy_fraction_since(self.machine)
         used = [tree_cpu_seconds(p) - c for p, c in zip(self.pids, self.cpu, strict=True)]
         self.own_cpu = used
-        other = busy * self.seconds * (os.cpu_count() or 1) - sum(used)
+        self.load_cpu_s = self._load_cpu() - self.load_cpu
+        other = busy * self.seconds * (os.cpu_count() or 1) - sum(used) - self.load_cpu_s
         self.other_cpu_pct = round(max(0.0, 100 * other / self.seconds), 1)
 
 
@@ -599,7 +612,9 @@ def run_sustained_latency(
 
     thread = threading.Thread(target=append, name="sustained-writer", daemon=True)
     changes = Changes(output)
-    with contextlib.closing(changes), Measured(herder.worker.pid, herder.server.pid) as measured:
+    # this process writes the lines and watches the sink: the step's load, not another's
+    measured = Measured(herder.worker.pid, herder.server.pid, load_pid=os.getpid())
+    with contextlib.closing(changes), measured:
         thread.start()
         deadline = checked = time.monotonic()
         deadline += seconds + warmup + 120
@@ -623,6 +638,8 @@ def run_sustained_latency(
         "achieved_lines_per_s": round(achieved),
         "seconds_measured": seconds,
         "sink_files": len(seen),
+        "worker_cpu_s": round(measured.own_cpu[0], 2),
+        "load_cpu_s": round(measured.load_cpu_s, 2),
         "other_cpu_pct": measured.other_cpu_pct,
     }
 
