@@ -30,16 +30,19 @@ about B bytes (default 100), ``{"id":…,"pad":"…"}``. For each task count T o
   threads each read their P/T partitions and write them as text. (One JVM, where herder
   has two: on a machine of two cores that favours the anchor.)
 
-Each T gets ``--warmup-runs`` untimed runs first (default 1) on both sides, so the
+Each T gets ``--warmup-runs`` untimed runs first (default 2) on both sides, so the
 JVMs' hot paths are compiled before the clock runs; on herder's side, after one more
 first with tasks on every worker (a run of one task lands on either worker). Then
-``--runs`` rounds follow (default 2), each a measured run of every T, and, as in
+``--runs`` rounds follow (default 4), each a measured run of every T, and, as in
 ``bench/pipeline.py``, the best run of each T counts: on a machine of two cores running
-three JVMs, one run can move by 15%. Plain Spark's process lives as long as herder's
-workers, and the two sides take turns, a run of each, which side goes first
-alternating: a machine that slows down or speeds up during the benchmark weighs on
-every T and both sides alike. Each run starts once the machine has settled (under 10%
-of a core busy).
+three JVMs, one run can move by 15%, and a best of two after one warm-up still left
+the task counts' best runs some 10% apart by chance (three runs of 1/2/4 tasks:
+1 / 0.952 / 1.004, 1 / 1.105 / 1.131, 1 / 0.907 / 1.004, where a best of four after
+two gave 1 / 1.059 / 1.102, 1 / 1.046 / 1.037, 1 / 1.185 / 1.219). Plain Spark's
+process lives as long as herder's workers, and the two sides take turns, a run of each,
+which side goes first alternating: a machine that slows down or speeds up during the
+benchmark weighs on every T and both sides alike. Each run starts once the machine has
+settled (under 10% of a core busy). With the defaults a run takes about four minutes.
 The JSON has, per T, records/s of both (with every measured run's seconds) and their
 ratio, and ``scaling``: records/s at each T over records/s at T=1 (on a machine of two
 cores the point is that it does not fall).
@@ -473,8 +476,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--tasks", default="1,2,4", help="task counts to measure, e.g. 1,2,4")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--batch-files", type=int, default=4)
-    parser.add_argument("--warmup-runs", type=int, default=1)
-    parser.add_argument("--runs", type=int, default=2, help="measured runs per T; the best counts")
+    parser.add_argument("--warmup-runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=4, help="measured runs per T; the best counts")
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--tmp-dir", default=None)
     parser.add_argument("--pretty", action="store_true")
