@@ -297,33 +297,44 @@ class EnsembleClient:
         while True:
             session = self.session_id
             try:
-                wire = self._wire
-                if wire is None:
-                    await self._reconnect()
-                    continue
-                try:
-                    return await wire.request(api, body, timeout=timeout)
-                except (SessionExpired, UnknownSession):
-                    raise
-                except RetriableError as exc:
-                    if self._closed or loop.time() >= deadline:
-                        raise
-                    log.info(
-                        "%s to %s failed (%s); moving to another server",
-                        api.name,
-                        wire.address,
-                        exc,
-                    )
-                    if self._wire is wire:
-                        self._wire = None
-                        await wire.close()
-                    await self._reconnect()
+                return await self._send(api, body, timeout, deadline)
             except (SessionExpired, UnknownSession) as exc:
-                if not renew or self._closed or loop.time() >= deadline:
+                await self._renew_or_raise(exc, session, renew and loop.time() < deadline)
+
+    async def _send(
+        self, api: Api[Any, Resp], body: msgspec.Struct, timeout: float | None, deadline: float
+    ) -> Resp:
+        """Send ``body`` to a server until one answers, or ``deadline`` passes."""
+        loop = asyncio.get_running_loop()
+        while True:
+            wire = self._wire
+            if wire is None:
+                await self._reconnect()
+                continue
+            try:
+                return await wire.request(api, body, timeout=timeout)
+            except RetriableError as exc:
+                if self._closed or loop.time() >= deadline:
                     raise
-                await self._renew_session(exc, session)
-                if self.session_id in (session, 0):
-                    raise  # not renewed: the expiry stands
+                log.info(
+                    "%s to %s failed (%s); moving to another server", api.name, wire.address, exc
+                )
+                if self._wire is wire:
+                    self._wire = None
+                    await wire.close()
+                await self._reconnect()
+
+    async def _renew_or_raise(
+        self, expiry: SessionExpired | UnknownSession, session: int, renew: bool
+    ) -> None:
+        """Replace ``session``, which ``expiry`` says has ended, if the caller may go on
+        under a new one (``renew``); raise ``expiry`` if it may not, or if no new session
+        could be opened."""
+        if not renew or self._closed:
+            raise expiry
+        await self._renew_session(expiry, session)
+        if self.session_id in (session, 0):
+            raise expiry  # not renewed: the expiry stands
 
     # -- writes -------------------------------------------------------------------
 
@@ -341,18 +352,15 @@ class EnsembleClient:
             session = self.session_id
             try:
                 async with self._window:
-                    seq = next(self._seq)
+                    # the session the write is made under, once it may be sent
+                    session, seq = self.session_id, next(self._seq)
                     reply = await self._call(
                         apis.TRANSACT,
-                        apis.TransactRequest(session_id=self.session_id, seq=seq, ops=list(ops)),
+                        apis.TransactRequest(session_id=session, seq=seq, ops=list(ops)),
                     )
                 break
             except (SessionExpired, UnknownSession) as exc:
-                if not renew or self._closed:
-                    raise
-                await self._renew_session(exc, session)
-                if self.session_id in (session, 0):
-                    raise
+                await self._renew_or_raise(exc, session, renew)
         result = reply.result
         self._saw(result.zxid)
         if check:
