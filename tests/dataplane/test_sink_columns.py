@@ -72,11 +72,15 @@ async def deliver(
         records = [SourceRecord({}, {}, topic, b"v%04d" % i) for i in range(start, end)]
         await run.topics.commit(await writer.stage(records))
     task.initialize(run.context)
-    run._columns_read = columns_read_by(task, run.name)
+    # as the execution asks a task it has started
+    await run._ask_how_it_takes_batches(run.control)
     run.member = Member()  # type: ignore[assignment]
     run._generation = Generation(1, "m", "m", "range")
     run.positions = {TopicPartition(topic, 0): 0}
-    assert await run._deliver_batch(10_000)
+    try:
+        assert await run._deliver_batch(10_000)
+    finally:
+        run.control.end()
     assert run.positions == {TopicPartition(topic, 0): 900}
 
 

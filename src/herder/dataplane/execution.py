@@ -678,6 +678,13 @@ class SinkExecution(_Execution):
         #: where the task's code runs (the worker's, from the start of the execution)
         self.control = TaskControl(f"task-{self.name}")
 
+    async def _ask_how_it_takes_batches(self, control: TaskControl) -> None:
+        """Whether the started task takes small batches as Arrow tables, and which
+        columns its ranged put reads: asked once, as a task's answers follow from its
+        config."""
+        self._accepts_arrow = await control.call(self.task.accepts_arrow)
+        self._columns_read = await control.call(columns_read_by, self.task, self.name)
+
     async def _execute(self, control: TaskControl) -> None:
         topics = _topics_of(self.settings)
         if not topics:
@@ -686,9 +693,7 @@ class SinkExecution(_Execution):
         self.task.initialize(self.context)
         control.doing("in its start()")
         await control.call(self.task.start, dict(self.config))
-        # asked once: a task's answer follows from its config
-        self._accepts_arrow = await control.call(self.task.accepts_arrow)
-        self._columns_read = await control.call(columns_read_by, self.task, self.name)
+        await self._ask_how_it_takes_batches(control)
         control.started()
         control.doing("joining its connector's group")
         for topic in topics:

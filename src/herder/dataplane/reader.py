@@ -439,13 +439,13 @@ def _whole_files_scan(
         return None
     if any(not f.positional or f.filtered or f.constants for f in files):
         return None
-    stored = bool(columns) and set(columns or ()) <= set(types.ddl)
-    if stored:
-        assert columns is not None
-        schema = ", ".join(
-            f"{c} {'string' if how == 'string' and types.ddl[c] == 'binary' else types.ddl[c]}"
-            for c, how in columns.items()
-        )
+    # only what the files hold as it is (keys, values): the scan alone, of them
+    stored = columns if columns and set(columns) <= set(types.ddl) else None
+    if stored is not None:
+        # bytes wanted as text are read as strings; typed parts as they are typed
+        read_as = {c: "string" if how == "string" and types.ddl[c] == "binary" else types.ddl[c]
+                   for c, how in stored.items()}  # fmt: skip
+        schema = ", ".join(f"{c} {t}" for c, t in read_as.items())
     else:
         schema = f"{FILE_SCHEMA.format(**types.ddl)}, {ROW_INDEX} bigint"
     rows = unsplit.read.schema(schema).parquet(*(storage.read_uri(f.path) for f in files))
@@ -459,7 +459,7 @@ def _whole_files_scan(
     ranges = [
         OffsetRange(TopicPartition(topic, f.partition), f.from_offset, f.to_offset) for f in ordered
     ]
-    if stored:
+    if stored is not None:
         return rows, ranges
     unknown = "raise_error('Spark read a file the read did not plan: ' || input_file_name())"
 
